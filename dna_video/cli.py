@@ -1,0 +1,72 @@
+"""LightningCLI for dna-video: ``fit``, ``validate``, ``test``, ``predict`` from YAML configs.
+
+* The DataModule's class count and clip geometry are linked to the model, so a config never
+  states them twice.
+* Checkpoints: the best by a configurable metric (``checkpoint.*``) and ``last.ckpt`` after
+  every epoch; a rich progress bar; the full config saved beside each run's logs.
+* ``fit --test_after_fit true`` tests the best checkpoint right after training, in the same
+  process (the quickstart's one-command train-and-test).
+"""
+
+from __future__ import annotations
+
+import os
+
+# jsonargparse >= 4.49 makes lightning's CLI print deprecation warnings; set before import.
+os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
+
+from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from .data.datamodule import VideoDataModule
+from .module import VideoClassifier
+
+
+class DnACLI(LightningCLI):
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
+        parser.link_arguments("data.init_args.num_frames", "model.num_frames")
+        parser.link_arguments("data.init_args.crop_size", "model.img_size")
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults(
+            {
+                "checkpoint.monitor": "val/top1",
+                "checkpoint.mode": "max",
+                "checkpoint.filename": "best-{epoch:02d}",
+                "checkpoint.auto_insert_metric_name": False,
+            }
+        )
+        parser.add_argument(
+            "--test_after_fit",
+            type=bool,
+            default=False,
+            help="After fit, test the best checkpoint (fit subcommand only).",
+        )
+
+    def before_instantiate_classes(self) -> None:
+        # `last.ckpt` after every epoch, for resuming: lightning 2.6's save_last only writes
+        # it when the monitored checkpoint is written too, so it gets a callback of its own.
+        callbacks = [ModelCheckpoint(filename="last", monitor=None, save_top_k=1, enable_version_counter=False)]
+        # A rich progress bar unless the config turns progress bars off (Lightning refuses both).
+        config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
+        if config.trainer.get("enable_progress_bar") is not False:
+            callbacks.append(RichProgressBar())
+        self.trainer_defaults = {**self.trainer_defaults, "callbacks": callbacks}
+
+    def after_fit(self) -> None:
+        if self.config[self.subcommand].get("test_after_fit"):
+            ckpt = "best" if self.trainer.checkpoint_callback and self.trainer.checkpoint_callback.best_model_path else None
+            self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
+
+
+def main(args: list[str] | None = None, run: bool = True) -> DnACLI:
+    return DnACLI(
+        VideoClassifier,
+        VideoDataModule,
+        subclass_mode_data=True,
+        save_config_kwargs={"overwrite": True},
+        # The model owns its optimiser and schedule (model.optimizer, model.lr_scheduler).
+        auto_configure_optimizers=False,
+        args=args,
+        run=run,
+    )

@@ -1,0 +1,125 @@
+"""Map-style dataset: record -> frame indices -> decoded frames -> transformed clip(s).
+
+A sample is a dict:
+
+* ``video``: training (C, T, H, W); evaluation (V, C, T, H, W) with V = num_clips x
+  num_crops views of the SAME video, so predictions can be combined per video;
+* ``label``: int class index; ``index``: position of the record in the split;
+  ``path``: the file; ``failed``: how many unreadable files this sample stands for.
+
+A file that cannot be decoded is logged with its path. In training it is replaced by
+another random record (bounded retries) whose own label comes with it, so a label never
+travels with the wrong clip. In evaluation a replacement would count another video twice,
+so the sample is dropped by :func:`collate_videos` and counted instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from einops import rearrange
+from torch.utils.data import Dataset, default_collate
+
+from .sampling import FrameSampler
+from .video import VideoDecodeError, read_frames
+
+log = logging.getLogger(__name__)
+
+__all__ = ["VideoRecord", "VideoClipDataset", "collate_videos"]
+
+
+@dataclass(frozen=True)
+class VideoRecord:
+    """One video of a split: its path and its class index."""
+
+    path: str
+    label: int
+
+
+class VideoClipDataset(Dataset):
+    """Clips of ``records`` sampled by ``sampler`` and transformed by ``transform``.
+
+    Args:
+        records: the split's videos.
+        sampler: chooses frame indices.
+        transform: uint8 (T, C, H, W) -> (C, T, h, w) in training, (crops, C, T, h, w) in
+            evaluation.
+        train: random clip (training) or ``num_clips`` evenly spaced clips (evaluation).
+        num_clips: temporal views per video in evaluation.
+        max_retries: in training, how many other records to try when a file fails.
+    """
+
+    def __init__(
+        self,
+        records: Sequence[VideoRecord],
+        sampler: FrameSampler,
+        transform: Callable[[torch.Tensor], torch.Tensor],
+        train: bool,
+        num_clips: int = 1,
+        max_retries: int = 10,
+    ) -> None:
+        self.records = list(records)
+        self.sampler = sampler
+        self.transform = transform
+        self.train = train
+        self.num_clips = num_clips
+        self.max_retries = max_retries
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def _rng(self) -> np.random.Generator:
+        # Drawn from torch's generator, which DataLoader seeds per worker (and
+        # seed_everything(workers=True) makes reproducible).
+        return np.random.default_rng(int(torch.randint(0, 2**62, ()).item()))
+
+    def load(self, index: int, rng: np.random.Generator | None = None) -> torch.Tensor:
+        """Decode and transform the clip(s) of record ``index``."""
+        record = self.records[index]
+        if self.train:
+            rng = rng or self._rng()
+            decoded = read_frames(record.path, lambda n, fps: self.sampler.train_indices(n, fps, rng))
+            frames = torch.from_numpy(decoded.frames)
+            return self.transform(rearrange(frames, "t h w c -> t c h w"))
+        decoded = read_frames(record.path, lambda n, fps: self.sampler.view_indices(n, fps, self.num_clips))
+        clips = rearrange(torch.from_numpy(decoded.frames), "(k t) h w c -> k t c h w", k=self.num_clips)
+        # (clips, crops, C, T, h, w) -> views ordered clip-major.
+        views = torch.stack([self.transform(clip) for clip in clips])
+        return rearrange(views, "k s c t h w -> (k s) c t h w")
+
+    def __getitem__(self, index: int) -> dict | None:
+        failed = 0
+        rng = self._rng()
+        while True:
+            try:
+                video = self.load(index, rng)
+            except VideoDecodeError as exc:
+                failed += 1
+                log.warning("skipping unreadable video (%s)", exc)
+                if not self.train:
+                    return {"failed": failed, "path": self.records[index].path, "video": None}
+                if failed > self.max_retries:
+                    raise VideoDecodeError(
+                        f"{failed} unreadable videos in a row, the last {self.records[index].path}; "
+                        "check the dataset (the `prepare` command validates every file)"
+                    ) from exc
+                index = int(rng.integers(len(self.records)))
+                continue
+            record = self.records[index]
+            return {"video": video, "label": record.label, "index": index, "path": record.path, "failed": failed}
+
+
+def collate_videos(samples: list[dict]) -> dict:
+    """Batch samples, dropping evaluation samples whose video failed (``video`` None) and
+    summing ``failed`` over the batch so the LightningModule can report the count."""
+    failed = sum(s["failed"] for s in samples)
+    kept = [s for s in samples if s["video"] is not None]
+    if not kept:
+        return {"video": None, "failed": failed}
+    batch = default_collate([{k: v for k, v in s.items() if k != "failed"} for s in kept])
+    batch["failed"] = failed
+    return batch

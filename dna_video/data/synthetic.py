@@ -1,0 +1,228 @@
+"""A small synthetic action dataset written as real H.264 mp4 files in the Toyota Smarthome
+naming layout, and its DataModule (the quickstart's data).
+
+Each video shows an "actor" shape whose MOTION defines the class, a smaller distractor shape
+wandering at random, over a textured background. Shape, colours, positions, speed, length
+and camera number vary per video. The classes differ only in how the actor moves over time
+(its direction along a path is random), so no single frame tells the class: a model must
+combine frames. Every class is closed under horizontal flips, so the standard training
+augmentation applies.
+
+Generation is deterministic from ``seed``; the folder records the generator's parameters and
+is rebuilt when they change. Splits follow the Smarthome cross-subject protocol (train
+subjects without 19 and 25, validation 19 and 25, test the seven test subjects).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from .dataset import VideoRecord
+from .datamodule import VideoDataModule
+from .smarthome import (
+    CS_TEST_SUBJECTS,
+    CS_TRAIN_SUBJECTS,
+    CS_VAL_SUBJECTS,
+    SmarthomeName,
+    parse_smarthome_name,
+)
+from .video import write_video
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SYNTHETIC_CLASSES", "generate_synthetic_dataset", "render_video", "SyntheticSmarthome"]
+
+# Class names in label order. Names follow Smarthome's `Coarse.Fine` style (no `_`).
+SYNTHETIC_CLASSES = ("Move.Diagonal", "Move.Horizontal", "Move.Vertical", "Orbit", "Pulse", "Stay")
+GENERATOR_VERSION = 3
+MANIFEST = "synthetic.json"
+
+
+def _shape_mask(kind: int, yy: np.ndarray, xx: np.ndarray, cy: float, cx: float, r: float) -> np.ndarray:
+    dy, dx = yy - cy, xx - cx
+    if kind == 0:  # disc
+        return dy * dy + dx * dx <= r * r
+    if kind == 1:  # square
+        return (np.abs(dy) <= r * 0.85) & (np.abs(dx) <= r * 0.85)
+    return (dy <= r * 0.7) & (np.abs(dx) <= (dy + r) * 0.6)  # triangle pointing up
+
+
+def _actor_track(label: int, t: np.ndarray, rng: np.random.Generator, h: int, w: int):
+    """Centre (y, x) and radius of the actor at normalised times ``t`` in [0, 1].
+
+    Displacements span most of the frame, so that a clip of a few frames sees the actor
+    cross several patches. Directions are random within a class (up or down, clockwise or
+    not...), so no class can be told from one frame or from a flip."""
+    r0 = rng.uniform(0.11, 0.15) * h
+    cy0, cx0 = rng.uniform(0.35, 0.65) * h, rng.uniform(0.3, 0.7) * w
+    cls = SYNTHETIC_CLASSES[label]
+    r = np.full_like(t, r0)
+    cy, cx = np.full_like(t, cy0), np.full_like(t, cx0)
+    wobble = rng.normal(0, 1.0, t.shape).cumsum() * 0.2
+    sign = rng.choice([-1.0, 1.0])
+    path = sign * (t - 0.5)
+    if cls == "Move.Vertical":
+        cy, cx = h / 2 + rng.uniform(0.6, 0.75) * h * path, cx0 + wobble
+    elif cls == "Move.Horizontal":
+        cx, cy = w / 2 + rng.uniform(0.6, 0.75) * w * path, cy0 + wobble
+    elif cls == "Move.Diagonal":
+        slope = rng.choice([-1.0, 1.0])
+        dist = rng.uniform(0.5, 0.6) * h
+        cy, cx = h / 2 + dist * path, w / 2 + slope * dist * path
+    elif cls == "Orbit":
+        turn = sign * 2 * np.pi * rng.uniform(0.8, 1.1)
+        phase = rng.uniform(0, 2 * np.pi)
+        rad = rng.uniform(0.25, 0.32) * h
+        cy, cx = h / 2 + rad * np.sin(phase + turn * t), w / 2 + rad * np.cos(phase + turn * t)
+    elif cls == "Pulse":
+        small, large = rng.uniform(0.04, 0.06) * h, rng.uniform(0.25, 0.3) * h
+        cycles = rng.uniform(1.0, 1.5)
+        r = small + (large - small) * 0.5 * (1 - np.cos(2 * np.pi * cycles * t + rng.uniform(0, np.pi)))
+    elif cls == "Stay":
+        cy, cx = cy0 + wobble * 0.5, cx0 + wobble[::-1] * 0.5
+    return cy, cx, r
+
+
+def render_video(label: int, seed: int, height: int = 84, width: int = 112) -> np.ndarray:
+    """Frames (N, H, W, 3) uint8 of one synthetic video of class ``label``."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(40, 57))
+    t = np.linspace(0.0, 1.0, n)
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+
+    # Background: a random colour gradient with fixed texture noise.
+    c0, c1 = rng.uniform(0, 120, 3), rng.uniform(0, 120, 3)
+    ramp = (xx / width * 0.6 + yy / height * 0.4)[..., None]
+    background = c0 * (1 - ramp) + c1 * ramp + rng.normal(0, 8, (height, width, 3))
+
+    kind, distractor_kind = rng.integers(0, 3, 2)
+    colour = rng.uniform(150, 255, 3)
+    distractor_colour = rng.uniform(120, 255, 3)
+    cy, cx, r = _actor_track(label, t, rng, height, width)
+    # Distractor: a smaller shape on a smooth random walk, reflected at the borders.
+    velocity = rng.normal(0, 1.0, (n, 2)).cumsum(0) * 0.2
+    pos = np.array([rng.uniform(0.2, 0.8) * height, rng.uniform(0.2, 0.8) * width]) + velocity.cumsum(0)
+    pos = np.abs((pos + [height, width]) % (2 * np.array([height, width])) - [height, width])
+    d_radius = rng.uniform(0.05, 0.07) * height
+
+    frames = np.empty((n, height, width, 3), np.uint8)
+    for i in range(n):
+        img = background.copy()
+        img[_shape_mask(distractor_kind, yy, xx, pos[i, 0], pos[i, 1], d_radius)] = distractor_colour
+        img[_shape_mask(kind, yy, xx, cy[i], cx[i], r[i])] = colour
+        frames[i] = np.clip(img, 0, 255).astype(np.uint8)
+    return frames
+
+
+def _video_plan(seed: int, videos_per_subject_class: int) -> list[tuple[SmarthomeName, int, int]]:
+    """(name, label, per-video seed) of every video, deterministic from ``seed``."""
+    rng = np.random.default_rng(seed)
+    subjects = sorted(CS_TRAIN_SUBJECTS | CS_VAL_SUBJECTS | CS_TEST_SUBJECTS)
+    plan = []
+    for label, activity in enumerate(SYNTHETIC_CLASSES):
+        for subject in subjects:
+            for occurrence in range(videos_per_subject_class):
+                camera = int(rng.integers(1, 8))
+                name = SmarthomeName(activity, subject, occurrence, 1 + occurrence % 3, camera)
+                plan.append((name, label, int(rng.integers(2**31))))
+    return plan
+
+
+def _write_one(args: tuple[str, int, int, int, int]) -> None:
+    path, label, seed, height, width = args
+    write_video(path, render_video(label, seed, height, width), fps=30.0)
+
+
+def generate_synthetic_dataset(
+    root: str | os.PathLike,
+    videos_per_subject_class: int = 6,
+    seed: int = 0,
+    height: int = 84,
+    width: int = 112,
+    workers: int | None = None,
+) -> Path:
+    """Write the dataset under ``root`` unless it is already there with the same parameters.
+
+    The videos are written to a temporary sibling folder first and moved in place at the
+    end, so an interrupted run never leaves a half-written dataset behind.
+    """
+    root = Path(root)
+    params = dict(
+        version=GENERATOR_VERSION, videos_per_subject_class=videos_per_subject_class,
+        seed=seed, height=height, width=width, classes=list(SYNTHETIC_CLASSES),
+    )
+    manifest = root / MANIFEST
+    if manifest.exists() and json.loads(manifest.read_text()) == params:
+        return root
+    if root.exists():
+        if not manifest.exists():
+            raise FileExistsError(
+                f"{root} exists but holds no {MANIFEST}: not a synthetic dataset folder; "
+                "choose another root or remove it"
+            )
+        log.info("synthetic dataset parameters changed: rebuilding %s", root)
+        shutil.rmtree(root)
+    plan = _video_plan(seed, videos_per_subject_class)
+    tmp = root.with_name(root.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    log.info("writing %d synthetic videos to %s", len(plan), root)
+    jobs = [(str(tmp / name.filename), label, s, height, width) for name, label, s in plan]
+    workers = workers or min(len(jobs), os.cpu_count() or 1)
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            list(pool.map(_write_one, jobs, chunksize=16))
+    else:
+        for job in jobs:
+            _write_one(job)
+    (tmp / MANIFEST).write_text(json.dumps(params, indent=1))
+    tmp.rename(root)
+    return root
+
+
+class SyntheticSmarthome(VideoDataModule):
+    """The synthetic dataset, generated on first use, split by subject like Smarthome CS.
+
+    Args:
+        root: folder of the generated videos (created on first use, reused afterwards).
+        videos_per_subject_class: videos per (subject, class) pair; 18 subjects, 6 classes.
+        seed: generator seed; the same seed writes the same videos.
+        kwargs: everything :class:`VideoDataModule` takes (batch size, sampling, transforms).
+    """
+
+    def __init__(
+        self,
+        root: str = ".cache/synthetic_smarthome",
+        videos_per_subject_class: int = 6,
+        seed: int = 0,
+        **kwargs,
+    ) -> None:
+        super().__init__(root=root, **kwargs)
+        self.videos_per_subject_class = videos_per_subject_class
+        self.seed = seed
+
+    @property
+    def class_names(self) -> list[str]:
+        return list(SYNTHETIC_CLASSES)
+
+    def prepare_data(self) -> None:
+        generate_synthetic_dataset(self.root, self.videos_per_subject_class, self.seed)
+
+    def build_split(self, split: str) -> list[VideoRecord]:
+        subjects = {"train": CS_TRAIN_SUBJECTS, "val": CS_VAL_SUBJECTS, "test": CS_TEST_SUBJECTS}[split]
+        index = {name: i for i, name in enumerate(SYNTHETIC_CLASSES)}
+        records = []
+        for path in sorted(Path(self.root).glob("*.mp4")):
+            name = parse_smarthome_name(path.name)
+            if name is None or name.activity not in index:
+                raise ValueError(f"{path}: not a file of the synthetic dataset; regenerate {self.root}")
+            if name.subject in subjects:
+                records.append(VideoRecord(str(path), index[name.activity]))
+        return records

@@ -1,0 +1,288 @@
+"""TimeSformer with divided space-time attention, its attention injected (softmax or DnA).
+
+Faithful to the official model's forward semantics (Bertasius et al., ICML 2021) and
+parameter names, so that official, DnA-reference and Hugging Face checkpoints map onto it
+by a small table:
+
+* input (B, C, T, H, W); patch embedding per frame; tokens ordered space-major,
+  time-minor (``b (n t) d`` with n = h*w patches), one cls token in front;
+* each block: temporal attention over the patch tokens of one location, ``temporal_fc``
+  (zero-initialised), residual; spatial attention within one frame with the cls token
+  repeated per frame and its T outputs averaged, residual; MLP, residual;
+* ``time_embed`` zero-initialised, so at initialisation the model is the image ViT;
+* ``pos_embed`` / ``time_embed`` resampled at forward time when the input grid or frame
+  count differs from the configured one.
+
+The same attention kind is used for the temporal and the spatial attention (both DnA in
+the paper's model). The module knows nothing of Lightning or datasets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange, reduce, repeat
+from timm.layers import DropPath, Mlp, resample_abs_pos_embed, trunc_normal_
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from .attention import Attention, build_attention
+
+__all__ = ["TimeSformer", "DividedSpaceTimeBlock", "PRESETS", "timesformer"]
+
+# Architecture presets: width, depth, heads and patch size. Everything else (frames,
+# resolution, classes, attention) is chosen per experiment.
+PRESETS: dict[str, dict[str, Any]] = {
+    # CPU-sized: the quickstart and the tests.
+    "tiny": dict(embed_dim=96, depth=4, num_heads=3, patch_size=8),
+    # ViT-S/16 geometry.
+    "small": dict(embed_dim=384, depth=12, num_heads=6, patch_size=16),
+    # ViT-B/16 geometry: the paper's TimeSformer-B (8 x 224 x 224).
+    "base": dict(embed_dim=768, depth=12, num_heads=12, patch_size=16),
+}
+
+
+class PatchEmbed(nn.Module):
+    """Per-frame patch embedding: a Conv2d with kernel = stride = patch size (``proj``)."""
+
+    def __init__(self, patch_size: int, in_chans: int, embed_dim: int) -> None:
+        super().__init__()
+        self.patch_size = patch_size
+        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, tuple[int, int]]:
+        """(B*T, C, H, W) -> tokens (B*T, h*w, D) and the grid (h, w)."""
+        x = self.proj(x)
+        grid = (x.shape[-2], x.shape[-1])
+        return rearrange(x, "bt d h w -> bt (h w) d"), grid
+
+
+class DividedSpaceTimeBlock(nn.Module):
+    """One divided space-time block: temporal attention, then spatial attention, then MLP.
+
+    ``temporal_attn`` and ``attn`` are instances of the same :class:`Attention` kind.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        attention: str,
+        attention_kwargs: dict[str, Any],
+        mlp_ratio: float = 4.0,
+        qkv_bias: bool = True,
+        drop: float = 0.0,
+        attn_drop: float = 0.0,
+        drop_path: float = 0.0,
+    ) -> None:
+        super().__init__()
+
+        def make_attention() -> Attention:
+            return build_attention(
+                attention, dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
+                proj_drop=drop, **attention_kwargs,
+            )
+
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = make_attention()
+        self.temporal_norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.temporal_attn = make_attention()
+        self.temporal_fc = nn.Linear(dim, dim)
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = Mlp(dim, hidden_features=int(dim * mlp_ratio), drop=drop)
+
+    def forward(self, x: Tensor, num_frames: int) -> Tensor:
+        """x: (B, 1 + n*T, D), cls first, patches ordered ``(n t)``."""
+        t = num_frames
+        cls, patches = x[:, :1], x[:, 1:]
+
+        # Temporal attention: each spatial location attends over its T frames (no cls).
+        xt = rearrange(patches, "b (n t) d -> (b n) t d", t=t)
+        res = self.drop_path(self.temporal_attn(self.temporal_norm1(xt)))
+        res = rearrange(res, "(b n) t d -> b (n t) d", b=x.shape[0])
+        patches = patches + self.temporal_fc(res)
+
+        # Spatial attention: each frame attends over its patches plus a copy of the cls token.
+        xs = rearrange(patches, "b (n t) d -> (b t) n d", t=t)
+        xs = torch.cat([repeat(cls, "b 1 d -> (b t) 1 d", t=t), xs], dim=1)
+        res = self.drop_path(self.attn(self.norm1(xs)))
+        res_cls = reduce(res[:, :1], "(b t) 1 d -> b 1 d", "mean", t=t)
+        res_patches = rearrange(res[:, 1:], "(b t) n d -> b (n t) d", t=t)
+        x = torch.cat([cls + res_cls, patches + res_patches], dim=1)
+
+        return x + self.drop_path(self.mlp(self.norm2(x)))
+
+
+class TimeSformer(nn.Module):
+    """Divided space-time TimeSformer.
+
+    Args:
+        num_classes: size of the classification head (0: no head, logits = features).
+        img_size: configured input height = width; other sizes work (pos_embed resampled).
+        num_frames: configured clip length T; other lengths work (time_embed resampled).
+        patch_size: square patch side.
+        in_chans: input channels.
+        embed_dim: token width D.
+        depth: number of blocks.
+        num_heads: attention heads per block.
+        mlp_ratio: MLP hidden width / D.
+        qkv_bias: bias on the attention projections.
+        attention: attention kind for BOTH temporal and spatial attention (``softmax``, ``dna``).
+        attention_kwargs: extra arguments of that attention kind (e.g. ``{alpha_init: 0.5}``).
+        drop_rate: dropout inside MLP and after attention projections (0 in the recipes).
+        attn_drop_rate: dropout on attention weights (keep 0: see :class:`Attention`).
+        drop_path_rate: stochastic depth at the last block, linear from 0 over depth.
+        head_drop_rate: dropout before the head (0.5 in the fine-tuning recipe).
+        embed_interpolation: how pos/time embeddings are resampled at forward time when the
+            input geometry differs from the configured one; ``nearest`` as the official
+            TimeSformer and Hugging Face do.
+        grad_checkpointing: recompute each block in backward to save activation memory.
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        img_size: int = 224,
+        num_frames: int = 8,
+        patch_size: int = 16,
+        in_chans: int = 3,
+        embed_dim: int = 768,
+        depth: int = 12,
+        num_heads: int = 12,
+        mlp_ratio: float = 4.0,
+        qkv_bias: bool = True,
+        attention: str = "dna",
+        attention_kwargs: dict[str, Any] | None = None,
+        drop_rate: float = 0.0,
+        attn_drop_rate: float = 0.0,
+        drop_path_rate: float = 0.1,
+        head_drop_rate: float = 0.0,
+        embed_interpolation: str = "nearest",
+        grad_checkpointing: bool = False,
+    ) -> None:
+        super().__init__()
+        if img_size % patch_size:
+            raise ValueError(f"img_size={img_size} is not a multiple of patch_size={patch_size}")
+        self.num_classes = num_classes
+        self.img_size = img_size
+        self.num_frames = num_frames
+        self.patch_size = patch_size
+        self.embed_dim = embed_dim
+        self.attention = attention
+        self.embed_interpolation = embed_interpolation
+        self.grad_checkpointing = grad_checkpointing
+        self.grid = (img_size // patch_size, img_size // patch_size)
+
+        self.patch_embed = PatchEmbed(patch_size, in_chans, embed_dim)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, 1 + self.grid[0] * self.grid[1], embed_dim))
+        self.time_embed = nn.Parameter(torch.zeros(1, num_frames, embed_dim))
+        self.pos_drop = nn.Dropout(drop_rate)
+
+        dpr = torch.linspace(0, drop_path_rate, depth).tolist()
+        self.blocks = nn.ModuleList(
+            DividedSpaceTimeBlock(
+                embed_dim, num_heads, attention, dict(attention_kwargs or {}),
+                mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, drop=drop_rate,
+                attn_drop=attn_drop_rate, drop_path=dpr[i],
+            )
+            for i in range(depth)
+        )
+        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        self.head_drop = nn.Dropout(head_drop_rate)
+        self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """Official initialisation: trunc-normal(0.02) Linear weights and embeddings, zero
+        biases, LayerNorm (1, 0); zero ``time_embed`` and zero ``temporal_fc`` in every block,
+        so that at step 0 the temporal path adds nothing and the model is the image ViT."""
+        trunc_normal_(self.pos_embed, std=0.02)
+        trunc_normal_(self.cls_token, std=0.02)
+        self.apply(_init_module)
+        nn.init.zeros_(self.time_embed)
+        for block in self.blocks:
+            nn.init.zeros_(block.temporal_fc.weight)
+            nn.init.zeros_(block.temporal_fc.bias)
+
+    def reset_head(self, num_classes: int) -> None:
+        """Replace the head by a freshly initialised one with ``num_classes`` outputs."""
+        self.num_classes = num_classes
+        self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
+        if num_classes > 0:
+            _init_module(self.head)
+
+    def _pos_embed(self, grid: tuple[int, int]) -> Tensor:
+        if grid == self.grid:
+            return self.pos_embed
+        antialias = self.embed_interpolation in ("bilinear", "bicubic")
+        return resample_abs_pos_embed(
+            self.pos_embed, list(grid), old_size=list(self.grid), num_prefix_tokens=1,
+            interpolation=self.embed_interpolation, antialias=antialias,
+        )
+
+    def _time_embed(self, num_frames: int) -> Tensor:
+        if num_frames == self.time_embed.shape[1]:
+            return self.time_embed
+        resampled = F.interpolate(
+            rearrange(self.time_embed, "1 t d -> 1 d t"), size=num_frames,
+            mode="nearest" if self.embed_interpolation == "nearest" else "linear",
+        )
+        return rearrange(resampled, "1 d t -> 1 t d")
+
+    def embed(self, video: Tensor) -> Tensor:
+        """(B, C, T, H, W) -> tokens (B, 1 + n*T, D) with position and time embeddings."""
+        b, _, t = video.shape[:3]
+        x, grid = self.patch_embed(rearrange(video, "b c t h w -> (b t) c h w"))
+        pos = self._pos_embed(grid)
+        # The official model adds pos_embed to a per-frame cls token and keeps one of them:
+        # every copy equals cls_token + pos_embed[0].
+        cls = (self.cls_token + pos[:, :1]).expand(b, -1, -1)
+        x = rearrange(x + pos[:, 1:], "(b t) n d -> (b n) t d", b=b)
+        x = self.pos_drop(x + self._time_embed(t))
+        x = rearrange(x, "(b n) t d -> b (n t) d", b=b)
+        return torch.cat([cls, x], dim=1)
+
+    def forward_features(self, video: Tensor) -> Tensor:
+        """Pre-head embedding: the final-norm cls token, (B, D)."""
+        t = video.shape[2]
+        x = self.embed(video)
+        for block in self.blocks:
+            if self.grad_checkpointing and torch.is_grad_enabled():
+                x = checkpoint(block, x, t, use_reentrant=False)
+            else:
+                x = block(x, t)
+        return self.norm(x)[:, 0]
+
+    def forward_head(self, features: Tensor) -> Tensor:
+        return self.head(self.head_drop(features))
+
+    def forward(self, video: Tensor) -> Tensor:
+        """(B, C, T, H, W) -> logits (B, num_classes)."""
+        return self.forward_head(self.forward_features(video))
+
+    def attention_modules(self) -> dict[str, Attention]:
+        """Every attention module by its parameter-name prefix, e.g. ``blocks.3.temporal_attn``."""
+        return {name: m for name, m in self.named_modules() if isinstance(m, Attention)}
+
+
+def _init_module(m: nn.Module) -> None:
+    if isinstance(m, nn.Linear):
+        trunc_normal_(m.weight, std=0.02)
+        if m.bias is not None:
+            nn.init.zeros_(m.bias)
+    elif isinstance(m, nn.LayerNorm):
+        nn.init.ones_(m.weight)
+        nn.init.zeros_(m.bias)
+
+
+def timesformer(arch: str = "base", **kwargs: Any) -> TimeSformer:
+    """Build a TimeSformer from a preset name in :data:`PRESETS`, overriding any argument."""
+    try:
+        preset = PRESETS[arch]
+    except KeyError:
+        raise ValueError(f"unknown arch {arch!r}; choose one of {sorted(PRESETS)}") from None
+    return TimeSformer(**{**preset, **kwargs})

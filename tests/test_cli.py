@@ -1,0 +1,86 @@
+"""LightningCLI end to end on real generated videos: fit + test, validate, predict, links."""
+
+import csv
+
+import pytest
+import torch
+import yaml
+
+from dna_video.cli import main
+
+
+def cli_args(root, log_dir, *extra):
+    return [
+        "--config", "configs/quickstart.yaml",
+        f"--data.init_args.root={root}",
+        "--data.init_args.videos_per_subject_class=1",
+        "--data.init_args.num_workers=0",
+        "--data.init_args.batch_size=4",
+        "--data.init_args.num_frames=4",
+        "--data.init_args.test_num_crops=3",
+        "--model.net_kwargs={embed_dim: 32, num_heads: 2, depth: 2}",
+        "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
+        f"--trainer.logger.init_args.save_dir={log_dir}",
+        "--trainer.logger.init_args.name=smoke",
+        "--trainer.enable_progress_bar=false",
+        *extra,
+    ]
+
+
+def read_metrics(log_dir, version):
+    with open(log_dir / "smoke" / version / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_fit_then_test_writes_checkpoints_config_and_metrics(synthetic_root, tmp_path):
+    cli = main(["fit", *cli_args(synthetic_root, tmp_path, "--trainer.max_epochs=2",
+                                 "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2",
+                                 "--trainer.log_every_n_steps=1")])
+    # Links: the data module's class count and geometry reached the model.
+    assert cli.model.net.num_classes == 6 and cli.model.net.num_frames == 4 and cli.model.net.img_size == 64
+    run = tmp_path / "smoke" / "version_0"
+    ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert "last.ckpt" in ckpts and any(name.startswith("best-") for name in ckpts)
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["model"]["attention"] == "dna" and saved["data"]["init_args"]["num_frames"] == 4
+
+    rows = read_metrics(tmp_path, "version_0")
+    columns = set().union(*rows)
+    assert {"train/loss", "val/top1", "val/top5", "val/mca", "test/top1", "test/mca"} <= columns
+    assert "alpha/blocks.0.attn" in columns and "alpha/blocks.1.temporal_attn" in columns
+    test_row = next(r for r in rows if r.get("test/top1"))
+    # 42 test videos, metrics per video: top-1 is a multiple of 1/42.
+    top1 = float(test_row["test/top1"])
+    assert abs(top1 * 42 - round(top1 * 42)) < 1e-4
+    assert float(test_row["test/failed_videos"]) == 0
+
+    # The last checkpoint restores into validate and predict.
+    last = run / "checkpoints" / "last.ckpt"
+    state = torch.load(last, weights_only=False)
+    assert state["epoch"] == 1 and "blocks.0.attn.neg_scalers" in {k.removeprefix("net.") for k in state["state_dict"]}
+    main(["validate", *cli_args(synthetic_root, tmp_path, f"--ckpt_path={last}")])
+    val_rows = read_metrics(tmp_path, "version_1")
+    assert any(r.get("val/top1") for r in val_rows)
+    predict = main(cli_args(synthetic_root, tmp_path), run=False)
+    outputs = predict.trainer.predict(predict.model, datamodule=predict.datamodule, ckpt_path=str(last))
+    probs = torch.cat([o["probs"] for o in outputs])
+    assert probs.shape == (42, 6)
+    torch.testing.assert_close(probs.sum(1), torch.ones(42))
+
+
+def test_softmax_attention_is_one_option_away(synthetic_root, tmp_path):
+    cli = main(["fit", *cli_args(synthetic_root, tmp_path, "--model.attention=softmax", "--trainer.max_epochs=1",
+                                 "--trainer.limit_train_batches=1", "--trainer.limit_val_batches=1")])
+    assert not any(k.endswith("neg_scalers") for k in cli.model.state_dict())
+    assert cli.trainer.current_epoch == 1
+
+
+def test_help_documents_model_and_data_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    text = capsys.readouterr().out
+    assert "--model.attention" in text and "--test_after_fit" in text
+    with pytest.raises(SystemExit):
+        main(["fit", "--data=dna_video.data.SyntheticSmarthome", "--data.help", "dna_video.data.SyntheticSmarthome"])
+    text = capsys.readouterr().out
+    assert "--data.sampling_rate" in text and "interval between sampled frames" in text
