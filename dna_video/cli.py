@@ -4,6 +4,7 @@
   states them twice.
 * Checkpoints: the best by a configurable metric (``checkpoint.*``) and ``last.ckpt`` after
   every epoch; a rich progress bar; the full config saved beside each run's logs.
+* ``predict`` writes ``predictions.csv`` (one row per video) into the run folder.
 * ``fit --test_after_fit true`` tests the best checkpoint right after training, in the same
   process (the quickstart's one-command train-and-test).
 """
@@ -20,6 +21,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from .data.datamodule import VideoDataModule
 from .module import VideoClassifier
+from .predictions import PredictionWriter
 
 
 class DnACLI(LightningCLI):
@@ -46,7 +48,10 @@ class DnACLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         # `last.ckpt` after every epoch, for resuming: lightning 2.6's save_last only writes
         # it when the monitored checkpoint is written too, so it gets a callback of its own.
-        callbacks = [ModelCheckpoint(filename="last", monitor=None, save_top_k=1, enable_version_counter=False)]
+        callbacks = [
+            ModelCheckpoint(filename="last", monitor=None, save_top_k=1, enable_version_counter=False),
+            PredictionWriter(),  # acts only in `predict`: one CSV row per video
+        ]
         # A rich progress bar unless the config turns progress bars off (Lightning refuses both).
         config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
         if config.trainer.get("enable_progress_bar") is not False:

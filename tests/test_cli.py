@@ -61,11 +61,19 @@ def test_fit_then_test_writes_checkpoints_config_and_metrics(synthetic_root, tmp
     main(["validate", *cli_args(synthetic_root, tmp_path, f"--ckpt_path={last}")])
     val_rows = read_metrics(tmp_path, "version_1")
     assert any(r.get("val/top1") for r in val_rows)
-    predict = main(cli_args(synthetic_root, tmp_path), run=False)
-    outputs = predict.trainer.predict(predict.model, datamodule=predict.datamodule, ckpt_path=str(last))
-    probs = torch.cat([o["probs"] for o in outputs])
-    assert probs.shape == (42, 6)
-    torch.testing.assert_close(probs.sum(1), torch.ones(42))
+    main(["predict", *cli_args(synthetic_root, tmp_path, f"--ckpt_path={last}")])
+    with open(tmp_path / "smoke" / "version_2" / "predictions.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 42  # one row per test video (7 subjects x 6 classes)
+    classes = ["Move.Diagonal", "Move.Horizontal", "Move.Vertical", "Orbit", "Pulse", "Stay"]
+    for row in rows:
+        activity = row["path"].rsplit("/", 1)[1].split("_")[0]
+        assert classes[int(row["label"])] == activity
+        assert row["pred_name"] == classes[int(row["pred"])]
+        ranked = [entry.split(":") for entry in row["top_k"].split()]
+        assert int(ranked[0][0]) == int(row["pred"]) and len(ranked) == 5
+        probs = [float(p) for _, p in ranked]
+        assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1.0001
 
 
 def test_softmax_attention_is_one_option_away(synthetic_root, tmp_path):

@@ -1,0 +1,63 @@
+"""Write per-video predictions of ``cli.py predict`` to a CSV file."""
+
+from __future__ import annotations
+
+import csv
+import logging
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import BasePredictionWriter
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PredictionWriter"]
+
+
+class PredictionWriter(BasePredictionWriter):
+    """Collect ``predict_step`` outputs and write one CSV row per video: path, true label
+    (if known), predicted class index and name, its probability, and the top-k classes.
+
+    Args:
+        filename: CSV file name, written in the logger's run folder (or ``trainer.default_root_dir``).
+        top_k: how many classes to list per video.
+    """
+
+    def __init__(self, filename: str = "predictions.csv", top_k: int = 5) -> None:
+        super().__init__(write_interval="epoch")
+        self.filename = filename
+        self.top_k = top_k
+
+    def write_on_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, predictions, batch_indices) -> None:
+        outputs = [o for o in predictions if o is not None]
+        if not outputs:
+            return
+        names = getattr(trainer.datamodule, "class_names", None) if trainer.datamodule is not None else None
+        folder = Path(trainer.log_dir or trainer.default_root_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / self.filename
+        if trainer.world_size > 1:  # one file per process; rows never overlap
+            path = path.with_stem(f"{path.stem}.rank{trainer.global_rank}")
+        with open(path, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["path", "label", "pred", "pred_name", "prob", "top_k"])
+            rows = 0
+            for out in outputs:
+                probs = out["probs"].float().cpu()
+                k = min(self.top_k, probs.shape[1])
+                top = torch.topk(probs, k, dim=1)
+                labels = out.get("label")
+                for i, video in enumerate(out["path"]):
+                    pred = int(top.indices[i, 0])
+                    ranked = " ".join(f"{int(c)}:{float(p):.4f}" for p, c in zip(top.values[i], top.indices[i]))
+                    writer.writerow([
+                        video,
+                        int(labels[i]) if labels is not None else "",
+                        pred,
+                        names[pred] if names else "",
+                        f"{float(top.values[i, 0]):.6f}",
+                        ranked,
+                    ])
+                    rows += 1
+        log.info("wrote %d predictions to %s", rows, path)
