@@ -65,7 +65,7 @@ def test_fit_then_test_writes_checkpoints_config_and_metrics(synthetic_root, tmp
     with open(tmp_path / "smoke" / "version_2" / "predictions.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 42  # one row per test video (7 subjects x 6 classes)
-    classes = ["Move.Diagonal", "Move.Horizontal", "Move.Vertical", "Orbit", "Pulse", "Stay"]
+    classes = ["Blink", "Move.Horizontal", "Move.Vertical", "Orbit", "Pulse", "Stay"]
     for row in rows:
         activity = row["path"].rsplit("/", 1)[1].split("_")[0]
         assert classes[int(row["label"])] == activity

@@ -40,8 +40,8 @@ log = logging.getLogger(__name__)
 __all__ = ["SYNTHETIC_CLASSES", "generate_synthetic_dataset", "render_video", "SyntheticSmarthome"]
 
 # Class names in label order. Names follow Smarthome's `Coarse.Fine` style (no `_`).
-SYNTHETIC_CLASSES = ("Move.Diagonal", "Move.Horizontal", "Move.Vertical", "Orbit", "Pulse", "Stay")
-GENERATOR_VERSION = 3
+SYNTHETIC_CLASSES = ("Blink", "Move.Horizontal", "Move.Vertical", "Orbit", "Pulse", "Stay")
+GENERATOR_VERSION = 4
 MANIFEST = "synthetic.json"
 
 
@@ -72,10 +72,10 @@ def _actor_track(label: int, t: np.ndarray, rng: np.random.Generator, h: int, w:
         cy, cx = h / 2 + rng.uniform(0.6, 0.75) * h * path, cx0 + wobble
     elif cls == "Move.Horizontal":
         cx, cy = w / 2 + rng.uniform(0.6, 0.75) * w * path, cy0 + wobble
-    elif cls == "Move.Diagonal":
-        slope = rng.choice([-1.0, 1.0])
-        dist = rng.uniform(0.5, 0.6) * h
-        cy, cx = h / 2 + dist * path, w / 2 + slope * dist * path
+    elif cls == "Blink":
+        # In place, hidden (radius 0) for half of each period of 10 to 16 frames.
+        period = rng.uniform(10, 16) / (len(t) - 1)
+        r = np.where(((t / period + rng.uniform(0, 1)) % 1.0) < 0.5, r0, 0.0)
     elif cls == "Orbit":
         turn = sign * 2 * np.pi * rng.uniform(0.8, 1.1)
         phase = rng.uniform(0, 2 * np.pi)
@@ -116,7 +116,8 @@ def render_video(label: int, seed: int, height: int = 84, width: int = 112) -> n
     for i in range(n):
         img = background.copy()
         img[_shape_mask(distractor_kind, yy, xx, pos[i, 0], pos[i, 1], d_radius)] = distractor_colour
-        img[_shape_mask(kind, yy, xx, cy[i], cx[i], r[i])] = colour
+        if r[i] > 0:
+            img[_shape_mask(kind, yy, xx, cy[i], cx[i], r[i])] = colour
         frames[i] = np.clip(img, 0, 255).astype(np.uint8)
     return frames
 
