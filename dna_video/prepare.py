@@ -74,6 +74,8 @@ def scan(dataset: str, root: str, exclude_file: str | None = None) -> tuple[list
                 "expected": dm.protocol.expected_videos.get(split),
                 "classes": len({r.label for r in records}),
                 "num_classes": dm.num_classes,
+                # NTU without a carved-out validation split validates on the test split.
+                "same_as_test": split == "val" and split not in dm.protocol.splits,
             }
         excluded = {reason: len(paths) for reason, paths in catalog.excluded_by_reason().items()}
         reports[name] = {"description": dm.protocol.description, "splits": splits, "excluded": excluded}
@@ -164,6 +166,9 @@ def _print_reports(reports: dict[str, dict], root: str, console) -> None:
         for column in ("split", "videos", "full dataset", "classes present"):
             table.add_column(column, justify="left" if column == "split" else "right")
         for split, s in report["splits"].items():
+            if s.get("same_as_test"):
+                table.add_row(split, "= test", "", "")
+                continue
             expected = "" if s["expected"] is None else str(s["expected"])
             table.add_row(split, str(s["videos"]), expected, f"{s['classes']}/{s['num_classes']}")
         console.print(table)

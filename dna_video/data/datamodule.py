@@ -97,11 +97,13 @@ class Catalog:
         total = len({r.path for records in self.records.values() for r in records})
         excluded = self.excluded_by_reason()
         text = f"{self.name}: {total} videos in splits under {root}"
+        if excluded:
+            text += f"; {sum(len(p) for p in excluded.values())} files left out:"
         for reason, paths in excluded.items():
-            text += f"; {len(paths)} left out ({reason}, e.g. {_examples(paths, 2)})"
+            text += f"\n    {len(paths)} {reason} (e.g. {_examples(paths, 2)})"
         log.info(text)
         for note in self.notes:
-            log.warning("%s: %s", self.name, note)
+            log.info("%s: %s", self.name, note)
 
 
 def _examples(paths: Sequence[str], k: int = 3) -> str:

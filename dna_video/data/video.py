@@ -220,8 +220,8 @@ def transcode_video(
     """Re-encode ``src`` as H.264 mp4 at ``dst`` (PyAV, no system ffmpeg needed).
 
     The short side is scaled down to ``short_side`` (never up; None keeps the size; both
-    sides even), a keyframe every ``gop`` frames and no B-frames (a seek decodes at most
-    ``gop`` frames), constant frame rate at the source's average rate, no audio, index at
+    sides even), a keyframe exactly every ``gop`` frames and no B-frames (a seek decodes at
+    most ``gop`` frames), constant frame rate at the source's average rate, no audio, index at
     the front. One thread each for decoding and encoding: run files in parallel instead.
     Frames that decode before a damaged part are kept. Returns (frames written, whether
     the source was damaged); raises :class:`VideoDecodeError` when no frame decodes.
@@ -249,12 +249,16 @@ def transcode_video(
             ost.width, ost.height, ost.pix_fmt = ow, oh, "yuv420p"
             ost.codec_context.gop_size = gop
             ost.codec_context.max_b_frames = 0
-            ost.codec_context.options = {"crf": str(crf), "preset": preset, "threads": "1"}
+            # sc_threshold 0: keyframes exactly every `gop` frames (no extra ones at scene cuts).
+            ost.codec_context.options = {"crf": str(crf), "preset": preset, "threads": "1", "sc_threshold": "0"}
             try:
                 for packet in inp.demux(ist):
                     for frame in packet.decode():
                         frame = frame.reformat(width=ow, height=oh, format="yuv420p", interpolation="AREA")
                         frame.pts, frame.time_base = written, Fraction(1) / rate
+                        # The source's picture type would force x264's (an all-intra source
+                        # would stay all-intra): let the encoder choose by the GOP.
+                        frame.pict_type = av.video.frame.PictureType.NONE
                         for out_packet in ost.encode(frame):
                             out.mux(out_packet)
                         written += 1
