@@ -1,7 +1,7 @@
 """Decode time per clip: 1080p MPEG-4 AVI (NTU RGB+D's format) against the H.264 mp4 copies
 written by ``python -m dna_video.prepare --transcode``, measured side by side in one run.
 
-    python benchmarks/decode_speed.py                       # 4 files of 4 s, short sides 256 and 540
+    python benchmarks/decode_speed.py                       # 4 files of 4 s, short sides 256, 320 and 540
     python benchmarks/decode_speed.py --files 8 --seconds 3 --repeats 20
 
 Each file is a generated 1920x1080, 30 fps MPEG-4 Part 2 AVI (a static camera: smooth
@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--short-sides", type=int, nargs="+", default=[256, 540])
+    parser.add_argument("--short-sides", type=int, nargs="+", default=[256, 320, 540])
     args = parser.parse_args()
 
     sampler = FrameSampler(num_frames=8, sampling_rate=32, target_fps=30.0)
