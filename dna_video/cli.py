@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 # jsonargparse >= 4.49 makes lightning's CLI print deprecation warnings; set before import.
@@ -19,6 +20,7 @@ os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from .data import listfile, ntu, smarthome, synthetic  # noqa: F401  (DataModules known by their short names)
 from .data.datamodule import VideoDataModule
 from .module import VideoClassifier
 from .predictions import PredictionWriter
@@ -64,7 +66,20 @@ class DnACLI(LightningCLI):
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
 
 
+def _show_info_logs() -> None:
+    """Print dna_video's INFO messages (dataset summaries at setup, unreadable videos)
+    unless the application configured logging itself."""
+    logger = logging.getLogger("dna_video")
+    if logger.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
 def main(args: list[str] | None = None, run: bool = True) -> DnACLI:
+    _show_info_logs()
     return DnACLI(
         VideoClassifier,
         VideoDataModule,

@@ -149,6 +149,8 @@ class VideoClassifier(L.LightningModule):
         )
         self.val_metrics = eval_metrics.clone(prefix="val/")
         self.test_metrics = eval_metrics.clone(prefix="test/")
+        # Unreadable videos met in the current epoch, per stage, reported at its end.
+        self._failed_paths: dict[str, list[str]] = {}
 
     def forward(self, video: Tensor) -> Tensor:
         """(B, C, T, H, W) -> logits (B, num_classes)."""
@@ -167,6 +169,7 @@ class VideoClassifier(L.LightningModule):
         return loss
 
     def on_train_epoch_end(self) -> None:
+        self._report_failed("train")
         for name, module in self.net.attention_modules().items():
             alpha = getattr(module, "neg_scalers", None)
             if alpha is not None:
@@ -175,9 +178,30 @@ class VideoClassifier(L.LightningModule):
     # -- evaluation ----------------------------------------------------------------------
     def _log_failed(self, stage: str, batch: dict) -> None:
         failed = batch.get("failed", 0)
-        if failed:
-            log.warning("%s: %d unreadable video(s) in this batch", stage, failed)
-        self.log(f"{stage}/failed_videos", float(failed), reduce_fx="sum", on_step=False, on_epoch=True, batch_size=1)
+        self._failed_paths.setdefault(stage, []).extend(batch.get("failed_paths", []))
+        if stage != "predict":
+            self.log(
+                f"{stage}/failed_videos", float(failed), reduce_fx="sum", on_step=False, on_epoch=True,
+                batch_size=1, sync_dist=True,
+            )
+
+    def _report_failed(self, stage: str) -> None:
+        """One warning per epoch naming the unreadable videos (the count is also logged as
+        ``{stage}/failed_videos``)."""
+        paths = self._failed_paths.pop(stage, [])
+        if paths:
+            what = "replaced by other videos" if stage == "train" else "left out of the metrics"
+            shown = ", ".join(paths[:5]) + (f" (+{len(paths) - 5} more)" if len(paths) > 5 else "")
+            log.warning("%s epoch %d: %d unreadable video(s), %s: %s", stage, self.current_epoch, len(paths), what, shown)
+
+    def on_validation_epoch_end(self) -> None:
+        self._report_failed("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._report_failed("test")
+
+    def on_predict_epoch_end(self) -> None:
+        self._report_failed("predict")
 
     def view_logits(self, views: Tensor) -> Tensor:
         """(B, V, C, T, H, W) -> per-view logits (B, V, K), at most ``eval_chunk_size`` views
@@ -207,6 +231,7 @@ class VideoClassifier(L.LightningModule):
 
     def predict_step(self, batch: dict, batch_idx: int) -> dict | None:
         """Per video: path, aggregated class probabilities and the predicted class."""
+        self._log_failed("predict", batch)
         if batch["video"] is None:
             return None
         scores = aggregate_views(self.view_logits(batch["video"]), self.view_aggregation, self.aggregate)

@@ -1,16 +1,36 @@
-"""Video data: frame sampling, decord decoding, clip transforms, datasets and DataModules."""
+"""Video data: frame sampling, decord decoding, clip transforms, datasets and DataModules.
 
-from .datamodule import VideoDataModule
-from .dataset import VideoClipDataset, VideoRecord, collate_videos
-from .sampling import FrameSampler
-from .synthetic import SyntheticSmarthome, generate_synthetic_dataset
+Names are imported on first use (PEP 562), so that a DataLoader worker started with
+``spawn``, which imports only what unpickling the dataset needs, does not import Lightning.
+"""
 
-__all__ = [
-    "FrameSampler",
-    "SyntheticSmarthome",
-    "VideoClipDataset",
-    "VideoDataModule",
-    "VideoRecord",
-    "collate_videos",
-    "generate_synthetic_dataset",
-]
+from importlib import import_module
+
+_EXPORTS = {
+    "FrameSampler": "sampling",
+    "NTURGBD60": "ntu",
+    "SplitRecords": "datamodule",
+    "SplitSummary": "datamodule",
+    "SyntheticSmarthome": "synthetic",
+    "ToyotaSmarthome": "smarthome",
+    "VideoClipDataset": "dataset",
+    "VideoDataModule": "datamodule",
+    "VideoListDataModule": "listfile",
+    "VideoRecord": "dataset",
+    "collate_videos": "dataset",
+    "generate_synthetic_dataset": "synthetic",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

@@ -3,13 +3,17 @@
 A concrete DataModule says which classes it has (:attr:`class_names`) and which videos make
 each split (:meth:`build_split`); this base owns sampling, transforms and loading, so every
 dataset (synthetic, Toyota Smarthome, NTU RGB+D, list files) goes through the same path.
+It also checks at setup that every video of a split exists, and logs per split what it
+holds and what was left out.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import lightning as L
 from torch.utils.data import DataLoader
@@ -20,9 +24,91 @@ from .transforms import EvalClipTransform, TrainClipTransform
 
 log = logging.getLogger(__name__)
 
-__all__ = ["VideoDataModule"]
+__all__ = ["VideoDataModule", "Catalog", "SplitRecords", "SplitSummary"]
 
 SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class SplitRecords:
+    """What :meth:`VideoDataModule.build_split` found: the split's videos and the files left
+    out of it, by reason (reason -> paths), so that nothing is dropped without a count."""
+
+    records: list[VideoRecord]
+    excluded: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SplitSummary:
+    """What a split holds after setup (also logged): videos, videos per label, files left
+    out by reason, and missing files (skipped with ``skip_missing``)."""
+
+    videos: int
+    class_counts: dict[int, int]
+    excluded: dict[str, int]
+    missing: tuple[str, ...]
+
+
+class Catalog:
+    """Every file found under a dataset root, sorted into splits or left out with a reason.
+
+    Reasons in ``strict_reasons`` (a malformed name, an unknown activity...) are errors in
+    strict mode; the others (a class outside the protocol, a camera the protocol does not
+    use) are part of the protocol and only counted. ``foreign_reasons`` mark files that are
+    not videos of the dataset at all (another file type, a malformed name).
+    """
+
+    def __init__(self, name: str, strict_reasons: Sequence[str] = (), foreign_reasons: Sequence[str] = ()) -> None:
+        self.name = name
+        self.strict_reasons = tuple(strict_reasons)
+        self.foreign_reasons = tuple(foreign_reasons)
+        self.records: dict[str, list[VideoRecord]] = {}
+        # split (None: the file belongs to no split) -> reason -> paths
+        self.excluded: dict[str | None, dict[str, list[str]]] = {}
+        self.notes: list[str] = []  # facts about the splits, logged with the summary
+
+    def add(self, split: str, record: VideoRecord) -> None:
+        self.records.setdefault(split, []).append(record)
+
+    def exclude(self, split: str | None, reason: str, path: str) -> None:
+        self.excluded.setdefault(split, {}).setdefault(reason, []).append(path)
+
+    def excluded_by_reason(self) -> dict[str, list[str]]:
+        """Every excluded file, whatever its split, by reason (each file once)."""
+        out: dict[str, dict[str, None]] = {}
+        for reasons in self.excluded.values():
+            for reason, paths in reasons.items():
+                out.setdefault(reason, {}).update(dict.fromkeys(paths))
+        return {reason: list(paths) for reason, paths in out.items()}
+
+    def split(self, split: str) -> SplitRecords:
+        return SplitRecords(list(self.records.get(split, [])), dict(self.excluded.get(split, {})))
+
+    def raise_if_strict(self, strict: bool) -> None:
+        bad = {r: p for r, p in self.excluded_by_reason().items() if r in self.strict_reasons}
+        if strict and bad:
+            raise ValueError(
+                f"{self.name}: strict mode: "
+                + "; ".join(f"{len(p)} file(s) with {r}: {_examples(p)}" for r, p in bad.items())
+                + ". Remove or rename them, or set strict=false to leave them out with a count."
+            )
+
+    def log_summary(self, root: str) -> None:
+        total = len({r.path for records in self.records.values() for r in records})
+        excluded = self.excluded_by_reason()
+        text = f"{self.name}: {total} videos in splits under {root}"
+        if excluded:
+            text += f"; {sum(len(p) for p in excluded.values())} files left out:"
+        for reason, paths in excluded.items():
+            text += f"\n    {len(paths)} {reason} (e.g. {_examples(paths, 2)})"
+        log.info(text)
+        for note in self.notes:
+            log.info("%s: %s", self.name, note)
+
+
+def _examples(paths: Sequence[str], k: int = 3) -> str:
+    shown = ", ".join(str(p) for p in paths[:k])
+    return shown + (f" (+{len(paths) - k} more)" if len(paths) > k else "")
 
 
 class VideoDataModule(L.LightningDataModule):
@@ -51,6 +137,8 @@ class VideoDataModule(L.LightningDataModule):
         pin_memory: pin batches in page-locked memory (for GPU training).
         persistent_workers: keep workers alive between epochs.
         multiprocessing_context: ``fork``, ``spawn`` or ``forkserver`` (None: platform default).
+        skip_missing: leave out videos of a split whose file does not exist (counted in the
+            log) instead of stopping with an error that names them.
     """
 
     def __init__(
@@ -76,6 +164,7 @@ class VideoDataModule(L.LightningDataModule):
         pin_memory: bool = False,
         persistent_workers: bool = False,
         multiprocessing_context: str | None = None,
+        skip_missing: bool = False,
     ) -> None:
         super().__init__()
         self.root = root
@@ -92,7 +181,9 @@ class VideoDataModule(L.LightningDataModule):
         self.pin_memory = pin_memory
         self.persistent_workers = persistent_workers and num_workers > 0
         self.multiprocessing_context = multiprocessing_context if num_workers > 0 else None
+        self.skip_missing = skip_missing
         self.datasets: dict[str, VideoClipDataset] = {}
+        self.summaries: dict[str, SplitSummary] = {}
 
     # -- what a concrete dataset provides -------------------------------------------------
     @property
@@ -100,9 +191,15 @@ class VideoDataModule(L.LightningDataModule):
         """Class names in label order (line i = label i)."""
         raise NotImplementedError
 
-    def build_split(self, split: str) -> list[VideoRecord]:
-        """The videos of ``split`` (``train``, ``val`` or ``test``)."""
+    def build_split(self, split: str) -> list[VideoRecord] | SplitRecords:
+        """The videos of ``split`` (``train``, ``val`` or ``test``), optionally with the files
+        left out of it and why (:class:`SplitRecords`)."""
         raise NotImplementedError
+
+    @property
+    def dataset_name(self) -> str:
+        """How logs name this dataset (e.g. with its protocol)."""
+        return type(self).__name__
 
     # -- shared machinery --------------------------------------------------------------------
     @property
@@ -126,13 +223,51 @@ class VideoDataModule(L.LightningDataModule):
         for split in wanted.get(stage, SPLITS) if stage else SPLITS:
             if split in self.datasets:
                 continue
-            records = self.build_split(split)
-            counts = Counter(r.label for r in records)
-            log.info(
-                "%s %s: %d videos, %d/%d classes present",
-                type(self).__name__, split, len(records), len(counts), self.num_classes,
-            )
+            records = self.checked_split(split)
             self.datasets[split] = self.make_dataset(split, records)
+
+    def checked_split(self, split: str) -> list[VideoRecord]:
+        """:meth:`build_split` with labels checked, missing files handled and the split's
+        summary logged and kept in :attr:`summaries`."""
+        found = self.build_split(split)
+        if not isinstance(found, SplitRecords):
+            found = SplitRecords(list(found))
+        bad = [r for r in found.records if not 0 <= r.label < self.num_classes]
+        if bad:
+            raise ValueError(
+                f"{self.dataset_name} {split}: {len(bad)} labels outside [0, {self.num_classes}), "
+                f"e.g. {bad[0].path} -> {bad[0].label}"
+            )
+        missing = [r.path for r in found.records if not os.path.isfile(r.path)]
+        if missing and not self.skip_missing:
+            raise FileNotFoundError(
+                f"{self.dataset_name} {split}: {len(missing)} of {len(found.records)} videos are missing: "
+                f"{_examples(missing)}. Check the dataset root ({self.root}), or set "
+                "data.init_args.skip_missing=true to leave them out (they are counted in the log)."
+            )
+        lost = set(missing)
+        records = [r for r in found.records if r.path not in lost]
+        counts = Counter(r.label for r in records)
+        summary = SplitSummary(
+            videos=len(records),
+            class_counts=dict(sorted(counts.items())),
+            excluded={reason: len(paths) for reason, paths in found.excluded.items() if paths},
+            missing=tuple(missing),
+        )
+        self.summaries[split] = summary
+        absent = [self.class_names[i] for i in range(self.num_classes) if i not in counts]
+        text = f"{self.dataset_name} {split}: {len(records)} videos, {len(counts)}/{self.num_classes} classes present"
+        if absent and len(absent) <= 5:
+            text += f" (absent: {', '.join(absent)})"
+        excluded = sum(summary.excluded.values())
+        text += f"; excluded {excluded}"
+        if excluded:
+            text += " (" + "; ".join(f"{reason}: {n}" for reason, n in summary.excluded.items()) + ")"
+        text += f"; missing {len(missing)}" + (f" (skipped: {_examples(missing)})" if missing else "")
+        log.info(text)
+        if not records:
+            log.warning("%s %s: the split is empty; check the dataset root (%s)", self.dataset_name, split, self.root)
+        return records
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if split not in self.datasets:

@@ -5,12 +5,14 @@ A sample is a dict:
 * ``video``: training (C, T, H, W); evaluation (V, C, T, H, W) with V = num_clips x
   num_crops views of the SAME video, so predictions can be combined per video;
 * ``label``: int class index; ``index``: position of the record in the split;
-  ``path``: the file; ``failed``: how many unreadable files this sample stands for.
+  ``path``: the file; ``failed``: how many unreadable files this sample stands for and
+  ``failed_paths``: their paths.
 
-A file that cannot be decoded is logged with its path. In training it is replaced by
-another random record (bounded retries) whose own label comes with it, so a label never
-travels with the wrong clip. In evaluation a replacement would count another video twice,
-so the sample is dropped by :func:`collate_videos` and counted instead.
+A file that cannot be decoded (zero-length, truncated, corrupt, not a video) is logged with
+its path. In training it is replaced by another random record (at most ``max_retries``
+tries, then a clear error: never an endless loop) whose own label comes with it, so a label
+never travels with the wrong clip. In evaluation a replacement would count another video
+twice, so the sample is dropped by :func:`collate_videos` and counted instead.
 """
 
 from __future__ import annotations
@@ -91,35 +93,43 @@ class VideoClipDataset(Dataset):
         views = torch.stack([self.transform(clip) for clip in clips])
         return rearrange(views, "k s c t h w -> (k s) c t h w")
 
-    def __getitem__(self, index: int) -> dict | None:
-        failed = 0
+    def __getitem__(self, index: int) -> dict:
+        failed: list[str] = []
         rng = self._rng()
         while True:
             try:
                 video = self.load(index, rng)
             except VideoDecodeError as exc:
-                failed += 1
-                log.warning("skipping unreadable video (%s)", exc)
+                failed.append(self.records[index].path)
                 if not self.train:
-                    return {"failed": failed, "path": self.records[index].path, "video": None}
-                if failed > self.max_retries:
+                    log.warning("leaving out unreadable video (%s)", exc)
+                    return {"video": None, "path": self.records[index].path, "failed": 1, "failed_paths": failed}
+                if len(failed) > self.max_retries:
                     raise VideoDecodeError(
-                        f"{failed} unreadable videos in a row, the last {self.records[index].path}; "
-                        "check the dataset (the `prepare` command validates every file)"
+                        f"{len(failed)} unreadable videos in a row, the last {self.records[index].path}; "
+                        "check the dataset (python -m dna_video.prepare <dataset> <root> --validate "
+                        "checks every file)"
                     ) from exc
+                log.warning("replacing unreadable video by another (%s)", exc)
                 index = int(rng.integers(len(self.records)))
                 continue
             record = self.records[index]
-            return {"video": video, "label": record.label, "index": index, "path": record.path, "failed": failed}
+            return {
+                "video": video, "label": record.label, "index": index, "path": record.path,
+                "failed": len(failed), "failed_paths": failed,
+            }
 
 
 def collate_videos(samples: list[dict]) -> dict:
-    """Batch samples, dropping evaluation samples whose video failed (``video`` None) and
-    summing ``failed`` over the batch so the LightningModule can report the count."""
-    failed = sum(s["failed"] for s in samples)
+    """Batch samples, dropping evaluation samples whose video failed (``video`` None).
+
+    ``failed`` is the number of unreadable files behind the batch (replaced or dropped) and
+    ``failed_paths`` their paths, so the LightningModule can count and name them."""
+    failed_paths = [p for s in samples for p in s["failed_paths"]]
     kept = [s for s in samples if s["video"] is not None]
     if not kept:
-        return {"video": None, "failed": failed}
-    batch = default_collate([{k: v for k, v in s.items() if k != "failed"} for s in kept])
-    batch["failed"] = failed
+        return {"video": None, "failed": len(failed_paths), "failed_paths": failed_paths}
+    batch = default_collate([{k: v for k, v in s.items() if k not in ("failed", "failed_paths")} for s in kept])
+    batch["failed"] = len(failed_paths)
+    batch["failed_paths"] = failed_paths
     return batch

@@ -26,13 +26,7 @@ import numpy as np
 
 from .dataset import VideoRecord
 from .datamodule import VideoDataModule
-from .smarthome import (
-    CS_TEST_SUBJECTS,
-    CS_TRAIN_SUBJECTS,
-    CS_VAL_SUBJECTS,
-    SmarthomeName,
-    parse_smarthome_name,
-)
+from .smarthome import SUBJECTS, SmarthomeName, parse_smarthome_name, smarthome_protocol
 from .video import write_video
 
 log = logging.getLogger(__name__)
@@ -125,7 +119,7 @@ def render_video(label: int, seed: int, height: int = 84, width: int = 112) -> n
 def _video_plan(seed: int, videos_per_subject_class: int) -> list[tuple[SmarthomeName, int, int]]:
     """(name, label, per-video seed) of every video, deterministic from ``seed``."""
     rng = np.random.default_rng(seed)
-    subjects = sorted(CS_TRAIN_SUBJECTS | CS_VAL_SUBJECTS | CS_TEST_SUBJECTS)
+    subjects = sorted(SUBJECTS)
     plan = []
     for label, activity in enumerate(SYNTHETIC_CLASSES):
         for subject in subjects:
@@ -217,13 +211,14 @@ class SyntheticSmarthome(VideoDataModule):
         generate_synthetic_dataset(self.root, self.videos_per_subject_class, self.seed)
 
     def build_split(self, split: str) -> list[VideoRecord]:
-        subjects = {"train": CS_TRAIN_SUBJECTS, "val": CS_VAL_SUBJECTS, "test": CS_TEST_SUBJECTS}[split]
+        # The Smarthome cross-subject split, applied to the synthetic classes.
+        protocol = smarthome_protocol("cs")
         index = {name: i for i, name in enumerate(SYNTHETIC_CLASSES)}
         records = []
         for path in sorted(Path(self.root).glob("*.mp4")):
             name = parse_smarthome_name(path.name)
             if name is None or name.activity not in index:
                 raise ValueError(f"{path}: not a file of the synthetic dataset; regenerate {self.root}")
-            if name.subject in subjects:
+            if protocol.split_of(name.subject) == split:
                 records.append(VideoRecord(str(path), index[name.activity]))
         return records

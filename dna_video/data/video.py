@@ -4,15 +4,36 @@ The reader is opened inside the call (never kept on a Dataset): a decord reader 
 before DataLoader workers fork hangs them, and cannot be pickled for spawn. One decoding
 thread per reader (decord's default of 0 means every core, which oversubscribes with
 several workers).
+
+Some files report more frames than can be decoded (a damaged or partly written tail):
+decord then fails on the frames past the damage, and not reliably (its threaded decoder
+reads ahead, so even an early frame can fail). For such a file :func:`read_frames` counts
+the decodable frames once with PyAV, which decodes packet by packet and stops at the first
+error, remembers the count for the process, and samples within those frames, decoding them
+with PyAV. Files that cannot be opened or hold no decodable frame raise
+:class:`VideoDecodeError` naming the file.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["VideoDecodeError", "VideoFrames", "read_frames", "probe_video", "write_video"]
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "VideoDecodeError",
+    "VideoFrames",
+    "read_frames",
+    "probe_video",
+    "count_decodable_frames",
+    "declared_frames",
+    "write_video",
+    "transcode_video",
+]
 
 
 class VideoDecodeError(RuntimeError):
@@ -43,29 +64,104 @@ def probe_video(path: str) -> tuple[int, float]:
     return len(vr), float(vr.get_avg_fps())
 
 
+# Decodable frame counts of files that report more frames than they hold, per process:
+# (path, size, mtime) -> count, so a damaged file is counted once, not at every epoch.
+_DECODABLE: dict[tuple[str, int, int], int] = {}
+
+
+def _file_key(path: str) -> tuple[str, int, int]:
+    st = os.stat(path)
+    return path, st.st_size, st.st_mtime_ns
+
+
+def _pyav_frames(path: str, wanted: set[int] | None, stop: int | None = None):
+    """Decode ``path`` in order with PyAV until the first error (or frame ``stop``):
+    (frames decoded, {index: (H, W, 3) uint8 for indices in ``wanted``})."""
+    import av
+
+    kept: dict[int, np.ndarray] = {}
+    count = 0
+    try:
+        with av.open(path) as container:
+            stream = container.streams.video[0]
+            stream.codec_context.thread_count = 1
+            for packet in container.demux(stream):
+                for frame in packet.decode():
+                    if wanted is not None and count in wanted:
+                        kept[count] = frame.to_ndarray(format="rgb24")
+                    count += 1
+                    if stop is not None and count >= stop:
+                        return count, kept
+    except (av.error.FFmpegError, IndexError, OSError):
+        pass  # the frames decoded before the damage are what the file holds
+    return count, kept
+
+
+def count_decodable_frames(path: str) -> int:
+    """Frames of ``path`` that decode, in order, before the first decoding error (PyAV)."""
+    return _pyav_frames(path, wanted=None)[0]
+
+
+def declared_frames(path: str) -> int:
+    """The frame count the container's header declares (0 if it declares none). A truncated
+    AVI keeps its header's count while decord, lacking the index, reports fewer frames."""
+    import av
+
+    try:
+        with av.open(path) as container:
+            return int(container.streams.video[0].frames) if container.streams.video else 0
+    except (av.error.FFmpegError, OSError):
+        return 0
+
+
 def read_frames(path: str, sampler) -> VideoFrames:
     """Open ``path`` and decode the frames chosen by ``sampler``.
 
     ``sampler(num_frames, fps)`` returns an integer array of any shape of frame indices; the
     unique indices are decoded once (sorted, so that decord seeks forward) and the result
-    is laid out in the sampler's shape, flattened to (N, H, W, C) with N = its size.
+    is laid out in the sampler's shape, flattened to (N, H, W, C) with N = its size. If the
+    file holds fewer decodable frames than it reports, the sampler is asked again with the
+    decodable count (see the module's docstring).
     """
     vr = _open(path)
     num_frames, fps = len(vr), float(vr.get_avg_fps())
     if num_frames < 1:
         raise VideoDecodeError(f"video {path} reports no frames")
-    indices = np.asarray(sampler(num_frames, fps), dtype=np.int64)
+    key = _file_key(path)
+    if key not in _DECODABLE:
+        indices = np.asarray(sampler(num_frames, fps), dtype=np.int64)
+        unique, inverse = np.unique(indices.reshape(-1), return_inverse=True)
+        try:
+            decoded = vr.get_batch(unique.tolist()).asnumpy()
+            if decoded.shape[0] == unique.size:
+                return VideoFrames(frames=decoded[inverse], num_frames=num_frames, fps=fps)
+            error = f"asked for {unique.size} frames, got {decoded.shape[0]}"
+        except Exception as exc:  # decord raises DECORDError or RuntimeError
+            error = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        del vr
+        decodable = count_decodable_frames(path)
+        if decodable == 0:
+            raise VideoDecodeError(
+                f"cannot decode frames {unique.min()}..{unique.max()} of {path} "
+                f"({num_frames} frames reported, none decodable): {error}"
+            )
+        if decodable < num_frames:
+            log.warning(
+                "%s reports %d frames but only the first %d decode: sampling within those "
+                "(re-encoding fixes it: python -m dna_video.prepare ... --transcode)",
+                path, num_frames, decodable,
+            )
+        else:
+            log.warning("decord cannot decode %s (%s); decoding it with PyAV", path, error)
+        _DECODABLE[key] = decodable = min(decodable, num_frames)
+    decodable = _DECODABLE[key]
+    # Decoded in order by PyAV: decord is not reliable on this file.
+    indices = np.asarray(sampler(decodable, fps), dtype=np.int64)
     unique, inverse = np.unique(indices.reshape(-1), return_inverse=True)
-    try:
-        decoded = vr.get_batch(unique.tolist()).asnumpy()
-    except Exception as exc:
-        raise VideoDecodeError(
-            f"cannot decode frames {unique.min()}..{unique.max()} of {path} "
-            f"({num_frames} frames reported): {exc}"
-        ) from exc
-    if decoded.shape[0] != unique.size:
-        raise VideoDecodeError(f"{path}: asked for {unique.size} frames, got {decoded.shape[0]}")
-    return VideoFrames(frames=decoded[inverse], num_frames=num_frames, fps=fps)
+    count, kept = _pyav_frames(path, set(unique.tolist()), stop=int(unique.max()) + 1)
+    if len(kept) != unique.size:
+        raise VideoDecodeError(f"{path}: {unique.size} frames wanted below {decodable}, {len(kept)} decoded")
+    return VideoFrames(frames=np.stack([kept[i] for i in unique.tolist()])[inverse], num_frames=decodable, fps=fps)
 
 
 def write_video(
@@ -75,12 +171,14 @@ def write_video(
     codec: str = "libx264",
     crf: int = 18,
     gop: int = 16,
+    faststart: bool = False,
 ) -> None:
     """Write (N, H, W, 3) uint8 RGB frames to a video file with PyAV.
 
     ``libx264``/``h264`` write H.264 (yuv420p, ``crf`` quality, keyframe every ``gop``
     frames, no B-frames: short seeks for random access); ``mpeg4`` writes MPEG-4 Part 2
-    (the codec of many AVI files). H and W must be even for yuv420p.
+    (the codec of many AVI files). H and W must be even for yuv420p. ``faststart`` puts an
+    mp4 file's index before its frames.
     """
     import av
     from fractions import Fraction
@@ -89,7 +187,8 @@ def write_video(
     if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
         raise ValueError(f"frames must be (N, H, W, 3) uint8, got {frames.shape} {frames.dtype}")
     n, h, w, _ = frames.shape
-    with av.open(path, mode="w") as container:
+    options = {"movflags": "+faststart"} if faststart else {}
+    with av.open(path, mode="w", options=options) as container:
         stream = container.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
         stream.width, stream.height = w, h
         stream.pix_fmt = "yuv420p"
@@ -104,3 +203,70 @@ def write_video(
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
+
+
+def _even(x: float) -> int:
+    return max(2, int(round(x / 2)) * 2)
+
+
+def transcode_video(
+    src: str,
+    dst: str,
+    short_side: int | None = 256,
+    gop: int = 16,
+    crf: int = 23,
+    preset: str = "veryfast",
+) -> tuple[int, bool]:
+    """Re-encode ``src`` as H.264 mp4 at ``dst`` (PyAV, no system ffmpeg needed).
+
+    The short side is scaled down to ``short_side`` (never up; None keeps the size; both
+    sides even), a keyframe exactly every ``gop`` frames and no B-frames (a seek decodes at
+    most ``gop`` frames), constant frame rate at the source's average rate, no audio, index at
+    the front. One thread each for decoding and encoding: run files in parallel instead.
+    Frames that decode before a damaged part are kept. Returns (frames written, whether
+    the source was damaged); raises :class:`VideoDecodeError` when no frame decodes.
+    """
+    import av
+    from fractions import Fraction
+
+    written, damaged = 0, False
+    try:
+        inp = av.open(src)
+    except (av.error.FFmpegError, OSError) as exc:
+        raise VideoDecodeError(f"cannot open video {src}: {exc}") from exc
+    with inp:
+        if not inp.streams.video:
+            raise VideoDecodeError(f"{src} holds no video stream")
+        ist = inp.streams.video[0]
+        ist.codec_context.thread_count = 1
+        rate = ist.average_rate or ist.guessed_rate or Fraction(30)
+        rate = Fraction(rate).limit_denominator(1001)
+        w, h = ist.codec_context.width, ist.codec_context.height
+        scale = min(1.0, short_side / min(w, h)) if short_side else 1.0
+        ow, oh = _even(w * scale), _even(h * scale)
+        with av.open(dst, mode="w", format="mp4", options={"movflags": "+faststart"}) as out:
+            ost = out.add_stream("libx264", rate=rate)
+            ost.width, ost.height, ost.pix_fmt = ow, oh, "yuv420p"
+            ost.codec_context.gop_size = gop
+            ost.codec_context.max_b_frames = 0
+            # sc_threshold 0: keyframes exactly every `gop` frames (no extra ones at scene cuts).
+            ost.codec_context.options = {"crf": str(crf), "preset": preset, "threads": "1", "sc_threshold": "0"}
+            try:
+                for packet in inp.demux(ist):
+                    for frame in packet.decode():
+                        frame = frame.reformat(width=ow, height=oh, format="yuv420p", interpolation="AREA")
+                        frame.pts, frame.time_base = written, Fraction(1) / rate
+                        # The source's picture type would force x264's (an all-intra source
+                        # would stay all-intra): let the encoder choose by the GOP.
+                        frame.pict_type = av.video.frame.PictureType.NONE
+                        for out_packet in ost.encode(frame):
+                            out.mux(out_packet)
+                        written += 1
+            except (av.error.FFmpegError, IndexError) as exc:
+                damaged = True
+                log.warning("%s: decoding stopped after %d frames (%s)", src, written, exc)
+            for out_packet in ost.encode():
+                out.mux(out_packet)
+    if written == 0:
+        raise VideoDecodeError(f"no frame of {src} decodes")
+    return written, damaged

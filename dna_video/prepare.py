@@ -1,0 +1,255 @@
+"""Prepare a dataset copy for training: scan it, report per protocol, validate, transcode.
+
+    python -m dna_video.prepare toyota_smarthome /data/Smarthome/mp4 --validate
+    python -m dna_video.prepare ntu60 /data/nturgb+d_rgb --transcode /data/ntu60_256 --short-side 256
+    python -m dna_video.prepare videos /data/my_videos --validate
+
+* Scan: every file under the root sorted by the same code the DataModules use; a table per
+  protocol of the videos per split against the full dataset's counts, the classes present
+  and the files left out by reason.
+* ``--validate``: every video is opened with decord (what training uses), a few frames are
+  decoded, and all its frames are decoded in order with PyAV: a file is ``ok``, ``short``
+  (reports more frames than decode: training samples within the decodable ones) or
+  ``unreadable`` (training replaces it). With ``--transcode`` the outputs are validated.
+* ``--transcode OUT``: every video is re-encoded to H.264 mp4 under OUT (same relative
+  path and name, ``.mp4``): short side ``--short-side``, a keyframe every ``--gop`` frames
+  and no B-frames, so a clip's seek decodes at most a GOP instead of up to a whole file of
+  1080p frames. Files run in parallel (``--workers``); finished files are skipped, so an
+  interrupted run resumes (each file is written under a temporary name and renamed when
+  complete).
+
+The exit status is 1 when a video is unreadable or a transcode failed, else 0; ``--report
+FILE`` writes every file's outcome as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+__all__ = ["main", "scan", "validate_file", "transcode_file", "output_path"]
+
+DATASETS = ("toyota_smarthome", "ntu60", "videos")
+VIDEO_SUFFIXES = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v")
+
+
+def _datamodules(dataset: str, root: str, exclude_file: str | None = None) -> dict:
+    """One DataModule per protocol: the scan is exactly the training code's."""
+    if dataset == "toyota_smarthome":
+        from .data.smarthome import PROTOCOLS, ToyotaSmarthome
+
+        return {p: ToyotaSmarthome(root, protocol=p, num_workers=0) for p in PROTOCOLS}
+    if dataset == "ntu60":
+        from .data.ntu import PROTOCOLS, NTURGBD60
+
+        return {p: NTURGBD60(root, protocol=p, exclude_file=exclude_file, num_workers=0) for p in PROTOCOLS}
+    return {}
+
+
+def scan(dataset: str, root: str, exclude_file: str | None = None) -> tuple[list[Path], dict[str, dict]]:
+    """(video files to process, protocol -> report).
+
+    A report holds per split ``videos``, ``expected`` (full dataset), ``classes`` present
+    and ``num_classes``, and ``excluded`` (reason -> count) over the whole root.
+    """
+    reports: dict[str, dict] = {}
+    files: set[str] = set()
+    for name, dm in _datamodules(dataset, root, exclude_file).items():
+        catalog = dm.catalog()
+        splits = {}
+        for split in ("train", "val", "test"):
+            records = catalog.records.get(split, [])
+            splits[split] = {
+                "videos": len(records),
+                "expected": dm.protocol.expected_videos.get(split),
+                "classes": len({r.label for r in records}),
+                "num_classes": dm.num_classes,
+                # NTU without a carved-out validation split validates on the test split.
+                "same_as_test": split == "val" and split not in dm.protocol.splits,
+            }
+        excluded = {reason: len(paths) for reason, paths in catalog.excluded_by_reason().items()}
+        reports[name] = {"description": dm.protocol.description, "splits": splits, "excluded": excluded}
+        # Every well-named video is part of the dataset copy, also those a protocol leaves out.
+        files |= {r.path for records in catalog.records.values() for r in records}
+        for reason, paths in catalog.excluded_by_reason().items():
+            if reason not in catalog.foreign_reasons:
+                files |= set(paths)
+    if dataset == "videos":
+        files = {str(p) for p in Path(root).rglob("*") if p.suffix.lower() in VIDEO_SUFFIXES and p.is_file()}
+    return sorted(Path(f) for f in files), reports
+
+
+def validate_file(path: str) -> dict:
+    """Open with decord, decode its first, middle and last frame as training would, then
+    decode every frame in order with PyAV. Returns {path, status, reported, decodable,
+    error}; status ``ok``, ``short`` (decord or the container header report more frames
+    than decode: a damaged or truncated file, which training samples within the decodable
+    frames) or ``unreadable`` (training replaces it)."""
+    from .data.video import VideoDecodeError, count_decodable_frames, declared_frames, probe_video, read_frames
+
+    out = {"path": path, "status": "ok", "reported": 0, "decodable": 0, "error": ""}
+    try:
+        reported = probe_video(path)[0]
+        read_frames(path, lambda n, fps: np.array([0, n // 2, n - 1]))
+    except VideoDecodeError as exc:
+        return {**out, "status": "unreadable", "error": str(exc)}
+    out["reported"] = reported = max(reported, declared_frames(path))
+    out["decodable"] = decodable = count_decodable_frames(path)
+    if decodable == 0:
+        return {**out, "status": "unreadable", "error": "no frame decodes"}
+    if decodable < reported:
+        out.update(status="short", error=f"reports {reported} frames, {decodable} decode")
+    return out
+
+
+def output_path(src: Path, root: Path, out_root: Path) -> Path:
+    """Where the transcoded copy of ``src`` goes: same relative folder and name, ``.mp4``."""
+    return (out_root / src.relative_to(root)).with_suffix(".mp4")
+
+
+def transcode_file(src: str, dst: str, short_side: int | None, gop: int, crf: int, preset: str) -> dict:
+    """Transcode one file unless ``dst`` exists. Returns {path, output, status (done,
+    skipped, damaged, failed), frames, error}."""
+    from .data.video import VideoDecodeError, transcode_video
+
+    out = {"path": src, "output": dst, "status": "done", "frames": 0, "error": ""}
+    if os.path.exists(dst):
+        return {**out, "status": "skipped"}
+    Path(dst).parent.mkdir(parents=True, exist_ok=True)
+    partial = dst + ".partial"
+    try:
+        frames, damaged = transcode_video(src, partial, short_side, gop, crf, preset)
+    except (VideoDecodeError, OSError) as exc:
+        if os.path.exists(partial):
+            os.remove(partial)
+        return {**out, "status": "failed", "error": str(exc)}
+    os.replace(partial, dst)  # atomic: a file under its final name is complete
+    return {**out, "frames": frames, "status": "damaged" if damaged else "done",
+            "error": "source damaged: kept the frames before the damage" if damaged else ""}
+
+
+def _run_parallel(fn, jobs: list[tuple], workers: int, description: str) -> list[dict]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    results = []
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
+    with Progress(*columns, transient=False) as progress:
+        task = progress.add_task(description, total=len(jobs))
+        if workers <= 1:
+            for job in jobs:
+                results.append(fn(*job))
+                progress.advance(task)
+        else:
+            with ProcessPoolExecutor(workers) as pool:
+                futures = [pool.submit(fn, *job) for job in jobs]
+                for future in as_completed(futures):
+                    results.append(future.result())
+                    progress.advance(task)
+    return sorted(results, key=lambda r: r["path"])
+
+
+def _print_reports(reports: dict[str, dict], root: str, console) -> None:
+    from rich.table import Table
+
+    for name, report in reports.items():
+        table = Table(title=f"{root} — protocol {name}: {report['description']}")
+        for column in ("split", "videos", "full dataset", "classes present"):
+            table.add_column(column, justify="left" if column == "split" else "right")
+        for split, s in report["splits"].items():
+            if s.get("same_as_test"):
+                table.add_row(split, "= test", "", "")
+                continue
+            expected = "" if s["expected"] is None else str(s["expected"])
+            table.add_row(split, str(s["videos"]), expected, f"{s['classes']}/{s['num_classes']}")
+        console.print(table)
+        for reason, count in report["excluded"].items():
+            console.print(f"  left out: {count} ({reason})")
+
+
+def _summary(results: list[dict], key: str = "status") -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r[key]] = counts.get(r[key], 0) + 1
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m dna_video.prepare",
+        description="Scan a dataset copy, report per protocol, validate every video, transcode to H.264 mp4.",
+    )
+    parser.add_argument("dataset", choices=DATASETS, help="the dataset's layout (videos: any video files)")
+    parser.add_argument("root", help="the dataset's video folder")
+    parser.add_argument("--validate", action="store_true", help="decode every video (the outputs with --transcode)")
+    parser.add_argument("--transcode", metavar="OUT", help="write H.264 mp4 copies under OUT (resumable)")
+    parser.add_argument("--short-side", type=int, default=256, help="short side of the copies, 0 keeps the size")
+    parser.add_argument("--gop", type=int, default=16, help="keyframe interval of the copies (frames)")
+    parser.add_argument("--crf", type=int, default=23, help="x264 quality of the copies (lower is better)")
+    parser.add_argument("--preset", default="veryfast", help="x264 preset of the copies")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel processes")
+    parser.add_argument("--exclude-file", help="NTU: sample names to leave out (e.g. missing skeletons)")
+    parser.add_argument("--report", help="write every file's outcome to this JSON file")
+    args = parser.parse_args(argv)
+
+    from rich.console import Console
+
+    console = Console()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    root = Path(args.root)
+    if not root.is_dir():
+        parser.error(f"{root} is not a folder")
+    files, reports = scan(args.dataset, str(root), args.exclude_file)
+    _print_reports(reports, str(root), console)
+    console.print(f"{len(files)} video files to process under {root}")
+    report: dict = {"root": str(root), "protocols": reports, "files": len(files)}
+    failed = 0
+    start = time.perf_counter()
+
+    to_validate = [str(f) for f in files]
+    if args.transcode:
+        out_root = Path(args.transcode)
+        if out_root.resolve() == root.resolve():
+            parser.error("--transcode needs another folder than the root")
+        jobs = [(str(f), str(output_path(f, root, out_root)), args.short_side or None, args.gop, args.crf,
+                 args.preset) for f in files]
+        results = _run_parallel(transcode_file, jobs, args.workers, "transcoding")
+        counts = _summary(results)
+        console.print(f"transcoded to {out_root}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+        for r in results:
+            if r["status"] in ("failed", "damaged"):
+                console.print(f"  {r['status']}: {r['path']}: {r['error']}")
+        failed += counts.get("failed", 0)
+        report["transcode"] = results
+        to_validate = [r["output"] for r in results if r["status"] != "failed"]
+        _, out_reports = scan(args.dataset, str(out_root), args.exclude_file)
+        _print_reports(out_reports, str(out_root), console)
+        report["output_protocols"] = out_reports
+
+    if args.validate:
+        results = _run_parallel(validate_file, [(f,) for f in to_validate], args.workers, "validating")
+        counts = _summary(results)
+        console.print("validated: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+        for r in results:
+            if r["status"] != "ok":
+                console.print(f"  {r['status']}: {r['path']}: {r['error']}")
+        failed += counts.get("unreadable", 0)
+        report["validate"] = results
+
+    console.print(f"done in {time.perf_counter() - start:.1f} s")
+    if args.report:
+        Path(args.report).write_text(json.dumps(report, indent=1))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
