@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 # jsonargparse >= 4.49 makes lightning's CLI print deprecation warnings; set before import.
@@ -64,7 +65,19 @@ class DnACLI(LightningCLI):
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
 
 
+def _show_info_logs() -> None:
+    """Print this package's INFO messages (dataset counts, checkpoint import reports) as
+    Lightning prints its own; without a handler Python drops them."""
+    logger = logging.getLogger("dna_video")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
 def main(args: list[str] | None = None, run: bool = True) -> DnACLI:
+    _show_info_logs()
     return DnACLI(
         VideoClassifier,
         VideoDataModule,
