@@ -176,8 +176,11 @@ class VideoClassifier(L.LightningModule):
         self.aggregate = aggregate
         self.eval_chunk_size = eval_chunk_size
         self.label_smoothing = label_smoothing
-        # Compiled forward kept outside the module tree so state-dict keys stay unchanged.
-        self._forward = torch.compile(self.net) if compile else self.net
+        if compile:
+            # In place (nn.Module.compile): parameter names and checkpoints stay unchanged.
+            # (A second attribute holding the network would register it twice and store
+            # every tensor twice in checkpoints.)
+            self.net.compile()
 
         self.train_top1 = MulticlassAccuracy(num_classes, average="micro")
         eval_metrics = MetricCollection(
@@ -192,7 +195,7 @@ class VideoClassifier(L.LightningModule):
 
     def forward(self, video: Tensor) -> Tensor:
         """(B, C, T, H, W) -> logits (B, num_classes)."""
-        return self._forward(video)
+        return self.net(video)
 
     def train(self, mode: bool = True) -> "VideoClassifier":
         super().train(mode)

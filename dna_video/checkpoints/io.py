@@ -203,5 +203,10 @@ def read_checkpoint(path: str | Path, weights_only: bool | None = None) -> RawCh
         container = f"Lightning checkpoint (lightning {obj['pytorch-lightning_version']})"
         hparams = dict(obj.get("hyper_parameters") or {}) or None
     notes: list[str] = []
+    if hparams is not None and any(k.startswith("net.") for k in obj["state_dict"]):
+        # This project's VideoClassifier: the network is `net`. (Checkpoints written before
+        # the module stopped registering it twice also hold a `_forward.` copy.)
+        obj = {k: v for k, v in obj["state_dict"].items() if k.startswith("net.")}
+        notes.append("network weights under 'state_dict' / 'net.'")
     state = unwrap_state_dict(obj, notes, where=str(path))
     return RawCheckpoint(str(path), container, state, hf_config=hf_config, hparams=hparams, notes=notes)
