@@ -67,8 +67,9 @@ class DnACLI(LightningCLI):
 
 
 def _show_info_logs() -> None:
-    """Print dna_video's INFO messages (dataset summaries at setup, unreadable videos)
-    unless the application configured logging itself."""
+    """Print dna_video's INFO messages (dataset summaries at setup, unreadable videos,
+    checkpoint import reports) unless the application configured logging itself; without a
+    handler Python drops them."""
     logger = logging.getLogger("dna_video")
     if logger.handlers or logging.getLogger().handlers:
         return

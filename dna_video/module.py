@@ -3,7 +3,10 @@
 The network (:class:`~dna_video.timesformer.TimeSformer`) knows nothing of Lightning; this
 module builds it from typed arguments (so LightningCLI turns them into YAML and ``--help``)
 and owns everything else: cross-entropy, torchmetrics accuracies, per-video aggregation of
-test views, alpha logging, optimiser and LR schedule.
+test views, alpha logging, optimiser and LR schedule. Fine-tuning: ``init_from`` imports a
+checkpoint of any supported layout (:mod:`dna_video.checkpoints`) adapted to this module's
+class count, frame count and resolution; ``freeze_backbone`` and ``backbone_lr_mult`` choose
+what trains and how fast.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
+from .checkpoints import LoadReport, load_pretrained
 from .metrics import MeanClassAccuracy
 from .timesformer import TimeSformer, timesformer
 
@@ -90,6 +94,24 @@ class VideoClassifier(L.LightningModule):
         eval_chunk_size: views per forward pass in evaluation (bounds memory for many views).
         compile: ``torch.compile`` the network (not this module); the first step compiles.
         grad_checkpointing: recompute blocks in backward to save activation memory.
+        init_from: checkpoint to initialise the network from, in any supported layout (timm
+            ViT, official TimeSformer ``.pyth``, DnA reference or DnA-ViT, Hugging Face folder or
+            state dict, this project's ``.ckpt``), adapted to this model: head re-initialised
+            when the class count differs, ``time_embed`` / ``pos_embed`` resampled when the frame
+            count / resolution differs. Not a resume: that is ``--ckpt_path``. A checkpoint
+            saved by this module does not import again when restored (its weights already
+            hold the import).
+        init_strict: fail unless every tensor of the network comes from ``init_from`` and every
+            tensor of ``init_from`` is used.
+        dna_init: DnA's Q-, V- when ``init_from`` has none: ``random`` (the reference),
+            ``scaled_copy`` (eps * Q+, eps * V+) or ``orthogonal`` (V- orthogonal to V+ per head).
+        init_kwargs: further options of :func:`dna_video.checkpoints.load_pretrained`, e.g.
+            ``{dna_init_eps: 1e-4, negate_v_neg: false, pos_interpolation: bicubic,
+            time_interpolation: linear}``.
+        freeze_backbone: train only the head (linear probe); the frozen backbone runs in eval
+            mode (no dropout or drop-path).
+        backbone_lr_mult: learning rate of every parameter but the head, as a multiple of the
+            optimiser's (e.g. 0.1 when fine-tuning); the head gets the optimiser's own.
     """
 
     def __init__(
@@ -113,8 +135,16 @@ class VideoClassifier(L.LightningModule):
         eval_chunk_size: int = 32,
         compile: bool = False,
         grad_checkpointing: bool = False,
+        init_from: str | None = None,
+        init_strict: bool = False,
+        dna_init: Literal["random", "scaled_copy", "orthogonal"] = "random",
+        init_kwargs: dict[str, Any] | None = None,
+        freeze_backbone: bool = False,
+        backbone_lr_mult: float = 1.0,
     ) -> None:
         super().__init__()
+        if backbone_lr_mult < 0:
+            raise ValueError(f"backbone_lr_mult must be >= 0, got {backbone_lr_mult}")
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
         self.net: TimeSformer = timesformer(
             arch,
@@ -128,6 +158,16 @@ class VideoClassifier(L.LightningModule):
             grad_checkpointing=grad_checkpointing,
             **(net_kwargs or {}),
         )
+        self.init_report: LoadReport | None = None
+        if init_from:
+            self.init_report = load_pretrained(
+                self.net, init_from, strict=init_strict, dna_init=dna_init, **(init_kwargs or {})
+            )
+        self.freeze_backbone = freeze_backbone
+        self.backbone_lr_mult = backbone_lr_mult
+        if freeze_backbone:
+            for name, p in self.net.named_parameters():
+                p.requires_grad_(name.startswith("head."))
         self.optimizer = _as_callable(optimizer)
         self.lr_scheduler = _as_callable(lr_scheduler)
         self.lr_scheduler_interval = lr_scheduler_interval
@@ -136,8 +176,11 @@ class VideoClassifier(L.LightningModule):
         self.aggregate = aggregate
         self.eval_chunk_size = eval_chunk_size
         self.label_smoothing = label_smoothing
-        # Compiled forward kept outside the module tree so state-dict keys stay unchanged.
-        self._forward = torch.compile(self.net) if compile else self.net
+        if compile:
+            # In place (nn.Module.compile): parameter names and checkpoints stay unchanged.
+            # (A second attribute holding the network would register it twice and store
+            # every tensor twice in checkpoints.)
+            self.net.compile()
 
         self.train_top1 = MulticlassAccuracy(num_classes, average="micro")
         eval_metrics = MetricCollection(
@@ -154,7 +197,25 @@ class VideoClassifier(L.LightningModule):
 
     def forward(self, video: Tensor) -> Tensor:
         """(B, C, T, H, W) -> logits (B, num_classes)."""
-        return self._forward(video)
+        return self.net(video)
+
+    def train(self, mode: bool = True) -> "VideoClassifier":
+        super().train(mode)
+        if mode and getattr(self, "freeze_backbone", False):
+            # A linear probe reads fixed features: no dropout or drop-path in the backbone.
+            self.net.eval()
+            self.net.head_drop.train()
+            self.net.head.train()
+        return self
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # The saved weights already hold the import: restoring (load_from_checkpoint, or
+        # --ckpt_path, which re-applies these hyper-parameters) must not read init_from again,
+        # nor need the file. Where the weights came from is kept beside them.
+        hparams = checkpoint.get("hyper_parameters")
+        if hparams and hparams.get("init_from"):
+            checkpoint["initialised_from"] = hparams["init_from"]
+            hparams["init_from"] = None
 
     # -- training ------------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
@@ -239,8 +300,24 @@ class VideoClassifier(L.LightningModule):
         return {"path": batch["path"], "probs": probs, "pred": probs.argmax(-1), "label": batch.get("label")}
 
     # -- optimisation --------------------------------------------------------------------
+    def param_groups(self) -> list[dict[str, Any]]:
+        """Trainable parameters as optimiser groups: ``backbone`` (everything but the head, lr
+        multiplier ``backbone_lr_mult``) and ``head``. Frozen parameters are left out."""
+        head, backbone = [], []
+        for name, p in self.named_parameters():
+            if p.requires_grad:
+                (head if name.startswith("net.head.") else backbone).append(p)
+        groups = [
+            {"params": backbone, "name": "backbone", "lr_mult": self.backbone_lr_mult},
+            {"params": head, "name": "head", "lr_mult": 1.0},
+        ]
+        return [g for g in groups if g["params"]]
+
     def configure_optimizers(self) -> Any:
-        optimizer = self.optimizer(self.parameters())
+        optimizer = self.optimizer(self.param_groups())
+        # Scale before the schedule is built, so that it records the scaled lrs as its base.
+        for group in optimizer.param_groups:
+            group["lr"] *= group.get("lr_mult", 1.0)
         if self.lr_scheduler is None:
             return optimizer
         scheduler = self.lr_scheduler(optimizer)

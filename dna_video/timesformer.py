@@ -76,6 +76,7 @@ class DividedSpaceTimeBlock(nn.Module):
         drop: float = 0.0,
         attn_drop: float = 0.0,
         drop_path: float = 0.0,
+        norm_eps: float = 1e-6,
     ) -> None:
         super().__init__()
 
@@ -85,13 +86,13 @@ class DividedSpaceTimeBlock(nn.Module):
                 proj_drop=drop, **attention_kwargs,
             )
 
-        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
         self.attn = make_attention()
-        self.temporal_norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.temporal_norm1 = nn.LayerNorm(dim, eps=norm_eps)
         self.temporal_attn = make_attention()
         self.temporal_fc = nn.Linear(dim, dim)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
-        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
         self.mlp = Mlp(dim, hidden_features=int(dim * mlp_ratio), drop=drop)
 
     def forward(self, x: Tensor, num_frames: int) -> Tensor:
@@ -140,6 +141,8 @@ class TimeSformer(nn.Module):
             input geometry differs from the configured one; ``nearest`` as the official
             TimeSformer and Hugging Face do.
         grad_checkpointing: recompute each block in backward to save activation memory.
+        norm_eps: LayerNorm epsilon (1e-6 in the official model; a Hugging Face config may
+            state another).
     """
 
     def __init__(
@@ -162,6 +165,7 @@ class TimeSformer(nn.Module):
         head_drop_rate: float = 0.0,
         embed_interpolation: str = "nearest",
         grad_checkpointing: bool = False,
+        norm_eps: float = 1e-6,
     ) -> None:
         super().__init__()
         if img_size % patch_size:
@@ -187,11 +191,11 @@ class TimeSformer(nn.Module):
             DividedSpaceTimeBlock(
                 embed_dim, num_heads, attention, dict(attention_kwargs or {}),
                 mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, drop=drop_rate,
-                attn_drop=attn_drop_rate, drop_path=dpr[i],
+                attn_drop=attn_drop_rate, drop_path=dpr[i], norm_eps=norm_eps,
             )
             for i in range(depth)
         )
-        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        self.norm = nn.LayerNorm(embed_dim, eps=norm_eps)
         self.head_drop = nn.Dropout(head_drop_rate)
         self.head = nn.Linear(embed_dim, num_classes) if num_classes > 0 else nn.Identity()
         self.init_weights()

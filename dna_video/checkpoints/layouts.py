@@ -1,0 +1,308 @@
+"""Checkpoint layouts and the key maps between them and ours.
+
+Our parameter names ARE the official TimeSformer names (see ``timesformer.py``), with the DnA
+reference's ``q_neg``, ``v_neg``, ``neg_scalers`` in both attentions. Every other layout is
+renamed (or split) into those names here, and nothing else:
+
+============================  ==============================================================
+layout                        recognised by / converted how
+============================  ==============================================================
+``timesformer``               ``temporal_attn.*`` or ``time_embed`` keys: official
+                              TimeSformer, DnA reference and this project; names used as is
+``vit``                       image ViT (timm layout, also DnA-ViT with separate ``q_neg``/
+                              ``v_neg``): names used as is; the temporal path is filled in
+                              at load time (see :mod:`.loading`)
+``dna_vit_fused``             DnA-ViT ``attn.qqkvv`` rows [Q+; Q-; K; V+; V-], split into
+                              ``qkv`` [Q+; K; V+], ``q_neg``, ``v_neg``
+``huggingface``               ``TimesformerForVideoClassification`` / ``TimesformerModel``:
+                              renamed by :data:`HF_BLOCK_NAMES` / :data:`HF_TOP_NAMES`
+============================  ==============================================================
+
+Geometry (width, depth, heads, patch, ...) is read from a Hugging Face ``config.json``, from
+our Lightning hyper-parameters, or inferred from tensor shapes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..timesformer import PRESETS, TimeSformer
+from .io import CheckpointError
+
+__all__ = [
+    "LAYOUT_NAMES",
+    "HF_BLOCK_NAMES",
+    "HF_TOP_NAMES",
+    "detect_layout",
+    "to_official",
+    "official_to_hf",
+    "hf_config_to_kwargs",
+    "hf_config_from_model",
+    "infer_geometry",
+]
+
+LAYOUT_NAMES = {
+    "timesformer": "TimeSformer (official / DnA reference names)",
+    "vit": "image ViT (timm names)",
+    "dna_vit_fused": "DnA-ViT with fused qqkvv",
+    "huggingface": "Hugging Face TimeSformer",
+}
+
+# Hugging Face -> official, inside `encoder.layer.{i}.` / `blocks.{i}.` (module paths; the
+# `.weight` / `.bias` suffix is kept).
+HF_BLOCK_NAMES = {
+    "attention.attention.qkv": "attn.qkv",
+    "attention.output.dense": "attn.proj",
+    "temporal_attention.attention.qkv": "temporal_attn.qkv",
+    "temporal_attention.output.dense": "temporal_attn.proj",
+    "temporal_layernorm": "temporal_norm1",
+    "temporal_dense": "temporal_fc",
+    "layernorm_before": "norm1",
+    "layernorm_after": "norm2",
+    "intermediate.dense": "mlp.fc1",
+    "output.dense": "mlp.fc2",
+}
+# Hugging Face -> official, outside the blocks (full names, after `timesformer.` is removed).
+HF_TOP_NAMES = {
+    "embeddings.cls_token": "cls_token",
+    "embeddings.position_embeddings": "pos_embed",
+    "embeddings.time_embeddings": "time_embed",
+    "embeddings.patch_embeddings.projection.weight": "patch_embed.proj.weight",
+    "embeddings.patch_embeddings.projection.bias": "patch_embed.proj.bias",
+    "layernorm.weight": "norm.weight",
+    "layernorm.bias": "norm.bias",
+    "classifier.weight": "head.weight",
+    "classifier.bias": "head.bias",
+}
+_HF_BLOCK = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
+_OUR_BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)\.(weight|bias)$")
+
+# Standard ViT widths and their head counts (head dim 64): used only when a checkpoint
+# gives no other way to know the number of heads.
+VIT_HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16}
+
+
+def detect_layout(state: dict[str, Tensor]) -> str:
+    """Which layout ``state`` (wrappers already removed) is in; a key of :data:`LAYOUT_NAMES`."""
+    keys = list(state)
+    if any(k.startswith(("timesformer.", "embeddings.patch_embeddings", "encoder.layer.")) for k in keys):
+        return "huggingface"
+    if any(".attn.qqkvv." in k for k in keys):
+        return "dna_vit_fused"
+    if any(".temporal_attn." in k for k in keys) or "time_embed" in state:
+        return "timesformer"
+    if "patch_embed.proj.weight" in state and any(re.match(r"blocks\.\d+\.attn\.qkv\.weight$", k) for k in keys):
+        return "vit"
+    raise CheckpointError(
+        "not a TimeSformer, ViT, DnA or Hugging Face TimeSformer state dict: "
+        f"{len(keys)} tensors, e.g. {keys[:6]}"
+    )
+
+
+def hf_to_official(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], list[str]]:
+    """Rename Hugging Face keys to official ones; also returns the keys that have no match."""
+    out, unknown = {}, []
+    for key, value in state.items():
+        name = key.removeprefix("timesformer.")
+        if name in HF_TOP_NAMES:
+            out[HF_TOP_NAMES[name]] = value
+            continue
+        m = _HF_BLOCK.match(name)
+        if m and m.group(2) in HF_BLOCK_NAMES:
+            out[f"blocks.{m.group(1)}.{HF_BLOCK_NAMES[m.group(2)]}.{m.group(3)}"] = value
+        else:
+            unknown.append(key)
+    return out, unknown
+
+
+def official_to_hf(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Official (our) names -> ``TimesformerForVideoClassification`` names."""
+    top = {v: k for k, v in HF_TOP_NAMES.items()}
+    block = {v: k for k, v in HF_BLOCK_NAMES.items()}
+    out = {}
+    for key, value in state.items():
+        m = _OUR_BLOCK.match(key)
+        if key in top:
+            name = top[key]
+        elif m and m.group(2) in block:
+            name = f"encoder.layer.{m.group(1)}.{block[m.group(2)]}.{m.group(3)}"
+        else:
+            raise CheckpointError(f"{key}: no Hugging Face TimeSformer parameter corresponds to it")
+        out[name if name.startswith("classifier.") else f"timesformer.{name}"] = value
+    return out
+
+
+def split_fused_qqkvv(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """Split every DnA-ViT ``attn.qqkvv`` ([Q+; Q-; K; V+; V-] rows) into ``qkv`` [Q+; K; V+],
+    ``q_neg`` and ``v_neg``. Returns the new dict and ``new key -> note`` for the report."""
+    out, notes = {}, {}
+    for key, value in state.items():
+        if ".qqkvv." not in key:
+            out[key] = value
+            continue
+        if value.shape[0] % 5:
+            raise CheckpointError(f"{key}: shape {tuple(value.shape)}, expected 5*D rows [Q+; Q-; K; V+; V-]")
+        q_pos, q_neg, k, v_pos, v_neg = value.chunk(5, dim=0)
+        parts = {"qkv": torch.cat([q_pos, k, v_pos]), "q_neg": q_neg, "v_neg": v_neg}
+        for name, tensor in parts.items():
+            new = key.replace(".qqkvv.", f".{name}.")
+            out[new] = tensor
+            notes[new] = f"split from fused {key}"
+    return out, notes
+
+
+def to_official(state: dict[str, Tensor], layout: str) -> tuple[dict[str, Tensor], dict[str, str], list[str]]:
+    """``state`` in official names: ``(tensors, converted key -> note, source keys with no
+    official name)``."""
+    if layout == "huggingface":
+        out, unknown = hf_to_official(state)
+        return out, {k: "renamed from Hugging Face names" for k in out}, unknown
+    if layout == "dna_vit_fused":
+        out, notes = split_fused_qqkvv(state)
+        return out, notes, []
+    if layout in ("timesformer", "vit"):
+        return dict(state), {}, []
+    raise ValueError(f"unknown layout {layout!r}")
+
+
+# -- geometry -----------------------------------------------------------------------------
+def _square(value: Any, what: str) -> int:
+    if isinstance(value, (list, tuple)):
+        if len(set(value)) != 1:
+            raise CheckpointError(f"config.json: non-square {what} {value} is not supported")
+        value = value[0]
+    return int(value)
+
+
+def hf_config_to_kwargs(config: dict[str, Any]) -> dict[str, Any]:
+    """:class:`TimeSformer` arguments that reproduce a Hugging Face TimeSformer ``config.json``.
+
+    Refuses (with the reason) what our model does not implement: attention types other than
+    divided space-time, activations other than exact GELU, non-square images or patches.
+    """
+    attention_type = config.get("attention_type", "divided_space_time")
+    if attention_type != "divided_space_time":
+        raise CheckpointError(f"config.json: attention_type={attention_type!r}; only divided_space_time is implemented")
+    act = config.get("hidden_act", "gelu")
+    if act != "gelu":
+        raise CheckpointError(f"config.json: hidden_act={act!r}; the MLP here uses exact GELU ('gelu') only")
+    dim = int(config.get("hidden_size", 768))
+    hidden = int(config.get("intermediate_size", 4 * dim))
+    mlp_ratio = hidden / dim
+    if int(dim * mlp_ratio) != hidden:
+        raise CheckpointError(f"config.json: intermediate_size={hidden} is not representable as hidden_size * mlp_ratio")
+    id2label = config.get("id2label")
+    num_classes = len(id2label) if id2label else int(config.get("num_labels", 2))
+    return dict(
+        num_classes=num_classes,
+        img_size=_square(config.get("image_size", 224), "image_size"),
+        patch_size=_square(config.get("patch_size", 16), "patch_size"),
+        in_chans=int(config.get("num_channels", 3)),
+        num_frames=int(config.get("num_frames", 8)),
+        embed_dim=dim,
+        depth=int(config.get("num_hidden_layers", 12)),
+        num_heads=int(config.get("num_attention_heads", 12)),
+        mlp_ratio=mlp_ratio,
+        qkv_bias=bool(config.get("qkv_bias", True)),
+        norm_eps=float(config.get("layer_norm_eps", 1e-6)),
+    )
+
+
+def hf_config_from_model(model: TimeSformer, id2label: dict[int, str] | None = None) -> dict[str, Any]:
+    """A Hugging Face ``config.json`` (as a dict) describing ``model`` (softmax attention)."""
+    block = model.blocks[0]
+    num_classes = model.num_classes
+    id2label = id2label or {i: f"LABEL_{i}" for i in range(num_classes)}
+    return {
+        "architectures": ["TimesformerForVideoClassification"],
+        "model_type": "timesformer",
+        "image_size": model.img_size,
+        "patch_size": model.patch_size,
+        "num_channels": model.patch_embed.proj.in_channels,
+        "num_frames": model.num_frames,
+        "hidden_size": model.embed_dim,
+        "num_hidden_layers": len(model.blocks),
+        "num_attention_heads": block.attn.num_heads,
+        "intermediate_size": block.mlp.fc1.out_features,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+        "initializer_range": 0.02,
+        "layer_norm_eps": model.norm.eps,
+        "qkv_bias": block.attn.qkv.bias is not None,
+        "attention_type": "divided_space_time",
+        "drop_path_rate": 0,  # transformers types this field as int
+        "id2label": {str(i): name for i, name in id2label.items()},
+        "label2id": {name: i for i, name in id2label.items()},
+    }
+
+
+def _hparams_kwargs(hparams: dict[str, Any]) -> dict[str, Any] | None:
+    """Geometry stated by one of our Lightning checkpoints (VideoClassifier hyper-parameters)."""
+    arch = hparams.get("arch")
+    if arch not in PRESETS:
+        return None
+    kwargs = {**PRESETS[arch], **(hparams.get("net_kwargs") or {})}
+    for key in ("num_classes", "num_frames", "img_size", "attention", "attention_kwargs"):
+        if key in hparams:
+            kwargs[key] = hparams[key]
+    return kwargs
+
+
+def infer_geometry(
+    state: dict[str, Tensor],
+    hf_config: dict[str, Any] | None = None,
+    hparams: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """:class:`TimeSformer` arguments for the checkpoint ``state`` (official names).
+
+    From the Hugging Face config or our hyper-parameters when present, else from shapes:
+    width, depth, patch, channels, MLP ratio, qkv bias, classes, frames, resolution and the
+    attention kind. The head count is not stored in a softmax state dict: it comes from DnA's
+    ``neg_scalers`` when present, else from the ViT convention (head dim 64) for the standard
+    widths; otherwise ``num_heads`` is left out and must be given.
+    """
+    if hf_config is not None:
+        return {**hf_config_to_kwargs(hf_config), "attention": "softmax"}
+    if hparams is not None and (kwargs := _hparams_kwargs(hparams)) is not None:
+        return kwargs
+    if "patch_embed.proj.weight" not in state or "cls_token" not in state:
+        raise CheckpointError("cannot infer the geometry: no patch_embed.proj.weight / cls_token")
+    proj = state["patch_embed.proj.weight"]
+    dim, in_chans, patch = proj.shape[0], proj.shape[1], proj.shape[-1]
+    depth = 1 + max(int(m.group(1)) for k in state if (m := re.match(r"blocks\.(\d+)\.", k)))
+    kwargs: dict[str, Any] = dict(embed_dim=dim, depth=depth, patch_size=patch, in_chans=in_chans)
+    if "blocks.0.mlp.fc1.weight" in state:
+        kwargs["mlp_ratio"] = state["blocks.0.mlp.fc1.weight"].shape[0] / dim
+    kwargs["qkv_bias"] = "blocks.0.attn.qkv.bias" in state
+    kwargs["attention"] = "dna" if "blocks.0.attn.q_neg.weight" in state else "softmax"
+    if "head.weight" in state:
+        kwargs["num_classes"] = state["head.weight"].shape[0]
+    if "time_embed" in state:
+        kwargs["num_frames"] = state["time_embed"].shape[1]
+    if "pos_embed" in state:
+        n = state["pos_embed"].shape[1]
+        side = math.isqrt(n - 1) if math.isqrt(n - 1) ** 2 == n - 1 else math.isqrt(n)
+        kwargs["img_size"] = side * patch
+    if "blocks.0.attn.neg_scalers" in state:
+        kwargs["num_heads"] = state["blocks.0.attn.neg_scalers"].shape[0]
+    elif dim in VIT_HEADS_BY_WIDTH:
+        kwargs["num_heads"] = VIT_HEADS_BY_WIDTH[dim]
+    return kwargs
+
+
+def known_num_heads(
+    state: dict[str, Tensor], hf_config: dict[str, Any] | None, hparams: dict[str, Any] | None
+) -> int | None:
+    """The checkpoint's head count when the checkpoint states it (not a convention)."""
+    if hf_config is not None:
+        return int(hf_config.get("num_attention_heads", 12))
+    if hparams is not None and (kwargs := _hparams_kwargs(hparams)) is not None:
+        return int(kwargs["num_heads"])
+    scalers = state.get("blocks.0.attn.neg_scalers")
+    return int(scalers.shape[0]) if scalers is not None else None

@@ -1,0 +1,113 @@
+"""Fine-tuning: VideoClassifier.init_from (our Lightning checkpoints here; every layout is in
+test_checkpoints.py), frozen backbone, backbone LR multiplier, and a CLI fine-tuning run on
+generated videos from a checkpoint with another class count and frame count."""
+
+import shutil
+
+import lightning as L
+import pytest
+import torch
+from test_cli import cli_args
+from torch.utils.data import DataLoader
+
+from dna_video.cli import main
+from dna_video.module import VideoClassifier
+
+TINY = dict(arch="tiny", net_kwargs={"embed_dim": 32, "num_heads": 2, "depth": 2}, drop_path_rate=0.0, head_dropout=0.0)
+
+
+@pytest.fixture(scope="module")
+def source_ckpt(tmp_path_factory):
+    """A real Lightning checkpoint of a 10-class, 8-frame DnA model after one training step."""
+    torch.manual_seed(0)
+    model = VideoClassifier(num_classes=10, num_frames=8, img_size=64, **TINY)
+    data = [{"video": torch.randn(3, 8, 64, 64), "label": i % 10} for i in range(4)]
+    trainer = L.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, DataLoader(data, batch_size=2))
+    path = tmp_path_factory.mktemp("source") / "source-10cls-8f.ckpt"
+    trainer.save_checkpoint(path)
+    return path, {k: v.clone() for k, v in model.net.state_dict().items()}
+
+
+def test_init_from_our_checkpoint_adapts_class_and_frame_count(source_ckpt):
+    path, source = source_ckpt
+    restored = VideoClassifier.load_from_checkpoint(path)
+    assert all(torch.equal(v, source[k]) for k, v in restored.net.state_dict().items())
+
+    model = VideoClassifier(num_classes=6, num_frames=4, img_size=64, init_from=str(path), **TINY)
+    report = model.init_report
+    assert report.container.startswith("Lightning checkpoint") and "prefix 'net.' removed" in report.notes
+    assert set(report.unused) == {"head.weight", "head.bias"}
+    assert report.initialised == {"head.weight": "re-initialised (classes differ: 10 in the checkpoint, 6 here)",
+                                  "head.bias": "re-initialised (classes differ: 10 in the checkpoint, 6 here)"}
+    assert report.resampled == {"time_embed": "8 -> 4 frames (linear)"}
+    state = model.net.state_dict()
+    for key in ["blocks.1.attn.q_neg.weight", "blocks.0.temporal_attn.neg_scalers", "pos_embed", "norm.bias"]:
+        assert torch.equal(state[key], source[key]), key
+    assert model.net.head.weight.shape == (6, 32) and model.net.time_embed.shape == (1, 4, 32)
+
+
+def test_freeze_backbone_trains_only_the_head_in_eval_mode():
+    model = VideoClassifier(num_classes=6, num_frames=4, img_size=32, freeze_backbone=True, **TINY)
+    groups = model.configure_optimizers()["optimizer"].param_groups
+    assert [g["name"] for g in groups] == ["head"]
+    assert {id(p) for p in groups[0]["params"]} == {id(model.net.head.weight), id(model.net.head.bias)}
+    model.train()
+    assert model.net.head.training and not model.net.blocks[0].training and not model.net.training
+    before = {k: v.clone() for k, v in model.net.state_dict().items()}
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    model.training_step({"video": torch.randn(2, 3, 4, 32, 32), "label": torch.tensor([0, 1])}, 0).backward()
+    optimizer.step()
+    changed = {k for k, v in model.net.state_dict().items() if not torch.equal(v, before[k])}
+    assert changed == {"head.weight", "head.bias"}
+
+
+def test_backbone_lr_multiplier_survives_the_schedule():
+    model = VideoClassifier(num_classes=6, num_frames=4, img_size=32, backbone_lr_mult=0.1, **TINY)
+    config = model.configure_optimizers()  # the paper's SGD lr 0.005, x0.1 at epochs 11 and 14
+    optimizer, scheduler = config["optimizer"], config["lr_scheduler"]["scheduler"]
+    assert [(g["name"], g["lr"]) for g in optimizer.param_groups] == [("backbone", pytest.approx(0.0005)), ("head", 0.005)]
+    assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(model.parameters()))
+    for _ in range(11):
+        optimizer.step()
+        scheduler.step()
+    assert [g["lr"] for g in optimizer.param_groups] == [pytest.approx(0.00005), pytest.approx(0.0005)]
+    with pytest.raises(ValueError, match="backbone_lr_mult"):
+        VideoClassifier(num_classes=6, backbone_lr_mult=-1.0, **TINY)
+
+
+def test_cli_fine_tunes_from_a_checkpoint_with_other_classes_and_frames(synthetic_root, tmp_path, source_ckpt, caplog):
+    source_path, source = source_ckpt
+    path = tmp_path / "pretrained.ckpt"
+    shutil.copy(source_path, path)
+    caplog.set_level("INFO", logger="dna_video")
+    cli = main(["fit", *cli_args(synthetic_root, tmp_path, f"--model.init_from={path}", "--model.freeze_backbone=true",
+                                 "--model.label_smoothing=0.1", "--trainer.max_epochs=1",
+                                 "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+                                 "--trainer.limit_test_batches=2", "--trainer.log_every_n_steps=1")])
+    # The data module's 6 classes and 4 frames reached the model; the 10-class, 8-frame
+    # checkpoint was adapted to them and the report was logged.
+    net = cli.model.net
+    assert net.num_classes == 6 and net.num_frames == 4
+    assert "Checkpoint import: " + str(path) in caplog.text
+    assert "time_embed: 8 -> 4 frames (linear)" in caplog.text
+    # Linear probe: after training, the backbone is still exactly the checkpoint's.
+    state = net.state_dict()
+    for key, value in source.items():
+        if not key.startswith("head.") and key != "time_embed":
+            assert torch.equal(state[key], value), key
+    run = tmp_path / "smoke" / "version_0"
+    rows = (run / "metrics.csv").read_text()
+    assert "test/top1" in rows and "train/loss" in rows
+
+    # The fine-tuned checkpoint restores without the pretrained file, in Python and in the CLI
+    # (--ckpt_path re-applies the saved hyper-parameters, where init_from is cleared).
+    last = run / "checkpoints" / "last.ckpt"
+    saved = torch.load(last, weights_only=True)
+    assert saved["hyper_parameters"]["init_from"] is None and saved["initialised_from"] == str(path)
+    path.unlink()
+    restored = VideoClassifier.load_from_checkpoint(last)
+    assert all(torch.equal(v, state[k]) for k, v in restored.net.state_dict().items())
+    main(["validate", *cli_args(synthetic_root, tmp_path, f"--model.init_from={path}", f"--ckpt_path={last}",
+                                "--trainer.limit_val_batches=1")])
