@@ -36,7 +36,7 @@ __all__ = ["TimeSformer", "DividedSpaceTimeBlock", "PRESETS", "timesformer"]
 # resolution, classes, attention) is chosen per experiment.
 PRESETS: dict[str, dict[str, Any]] = {
     # CPU-sized: the quickstart and the tests.
-    "tiny": dict(embed_dim=96, depth=4, num_heads=3, patch_size=8),
+    "tiny": dict(embed_dim=64, depth=4, num_heads=2, patch_size=8),
     # ViT-S/16 geometry.
     "small": dict(embed_dim=384, depth=12, num_heads=6, patch_size=16),
     # ViT-B/16 geometry: the paper's TimeSformer-B (8 x 224 x 224).

@@ -7,6 +7,10 @@ import torch
 import yaml
 
 from dna_video.cli import main
+from dna_video.data.synthetic import SYNTHETIC_CLASSES
+
+K = len(SYNTHETIC_CLASSES)
+TEST_VIDEOS = 7 * K  # 7 test subjects, one video per class each
 
 
 def cli_args(root, log_dir, *extra):
@@ -37,7 +41,7 @@ def test_fit_then_test_writes_checkpoints_config_and_metrics(synthetic_root, tmp
                                  "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2",
                                  "--trainer.log_every_n_steps=1")])
     # Links: the data module's class count and geometry reached the model.
-    assert cli.model.net.num_classes == 6 and cli.model.net.num_frames == 4 and cli.model.net.img_size == 64
+    assert cli.model.net.num_classes == K and cli.model.net.num_frames == 4 and cli.model.net.img_size == 64
     run = tmp_path / "smoke" / "version_0"
     ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert "last.ckpt" in ckpts and any(name.startswith("best-") for name in ckpts)
@@ -49,9 +53,9 @@ def test_fit_then_test_writes_checkpoints_config_and_metrics(synthetic_root, tmp
     assert {"train/loss", "val/top1", "val/top5", "val/mca", "test/top1", "test/mca"} <= columns
     assert "alpha/blocks.0.attn" in columns and "alpha/blocks.1.temporal_attn" in columns
     test_row = next(r for r in rows if r.get("test/top1"))
-    # 42 test videos, metrics per video: top-1 is a multiple of 1/42.
+    # Metrics per video: top-1 is a multiple of 1 / (number of test videos).
     top1 = float(test_row["test/top1"])
-    assert abs(top1 * 42 - round(top1 * 42)) < 1e-4
+    assert abs(top1 * TEST_VIDEOS - round(top1 * TEST_VIDEOS)) < 1e-4
     assert float(test_row["test/failed_videos"]) == 0
 
     # The last checkpoint restores into validate and predict.
@@ -64,8 +68,8 @@ def test_fit_then_test_writes_checkpoints_config_and_metrics(synthetic_root, tmp
     main(["predict", *cli_args(synthetic_root, tmp_path, f"--ckpt_path={last}")])
     with open(tmp_path / "smoke" / "version_2" / "predictions.csv") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 42  # one row per test video (7 subjects x 6 classes)
-    classes = ["Blink", "Move.Horizontal", "Move.Vertical", "Orbit", "Pulse", "Stay"]
+    assert len(rows) == TEST_VIDEOS  # one row per test video
+    classes = list(SYNTHETIC_CLASSES)
     for row in rows:
         activity = row["path"].rsplit("/", 1)[1].split("_")[0]
         assert classes[int(row["label"])] == activity

@@ -8,6 +8,8 @@ import lightning as L
 import pytest
 import torch
 from test_cli import cli_args
+
+from dna_video.data.synthetic import SYNTHETIC_CLASSES
 from torch.utils.data import DataLoader
 
 from dna_video.cli import main
@@ -86,10 +88,10 @@ def test_cli_fine_tunes_from_a_checkpoint_with_other_classes_and_frames(syntheti
                                  "--model.label_smoothing=0.1", "--trainer.max_epochs=1",
                                  "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
                                  "--trainer.limit_test_batches=2", "--trainer.log_every_n_steps=1")])
-    # The data module's 6 classes and 4 frames reached the model; the 10-class, 8-frame
+    # The data module's 5 classes and 4 frames reached the model; the 10-class, 8-frame
     # checkpoint was adapted to them and the report was logged.
     net = cli.model.net
-    assert net.num_classes == 6 and net.num_frames == 4
+    assert net.num_classes == len(SYNTHETIC_CLASSES) and net.num_frames == 4
     assert "Checkpoint import: " + str(path) in caplog.text
     assert "time_embed: 8 -> 4 frames (linear)" in caplog.text
     # Linear probe: after training, the backbone is still exactly the checkpoint's.

@@ -67,7 +67,7 @@ def test_sampler_rejects_bad_options():
 
 def test_decoding_a_generated_mp4_returns_the_written_frames(tmp_path):
     frames = render_video(label=3, seed=7)
-    path = tmp_path / "Orbit_p03_r00_v01_c01.mp4"
+    path = tmp_path / "Move.Circle_p03_r00_v01_c01.mp4"
     write_video(str(path), frames, fps=30.0)
     assert probe_video(str(path)) == (len(frames), 30.0)
     decoded = read_frames(str(path), lambda n, fps: np.arange(n))
@@ -151,12 +151,16 @@ def test_synthetic_rendering_is_deterministic_and_class_dependent():
 
     index = {name: i for i, name in enumerate(SYNTHETIC_CLASSES)}
     for seed in range(3):
-        rows, cols, _ = actor_track(render_video(index["Move.Vertical"], seed=seed))
-        assert np.ptp(rows) > 2 * np.ptp(cols)
-        rows, cols, _ = actor_track(render_video(index["Move.Horizontal"], seed=seed))
-        assert np.ptp(cols) > 2 * np.ptp(rows)
-        _, _, area = actor_track(render_video(index["Pulse"], seed=seed))
+        rows, cols, _ = actor_track(render_video(index["Move.Line"], seed=seed))
+        assert max(np.ptp(rows), np.ptp(cols)) > 35 and min(np.ptp(rows), np.ptp(cols)) < 15
+        rows, cols, _ = actor_track(render_video(index["Move.Circle"], seed=seed))
+        assert min(np.ptp(rows), np.ptp(cols)) > 30
+        rows, cols, _ = actor_track(render_video(index["Stay"], seed=seed))
+        assert max(np.ptp(rows), np.ptp(cols)) < 15
+        _, _, area = actor_track(render_video(index["Change.Size"], seed=seed))
         assert area.max() > 4 * area.min()
+        _, _, area = actor_track(render_video(index["Blink"], seed=seed))
+        assert (area < 0.3 * area.max()).sum() >= 10  # hidden in many frames
 
 
 def test_synthetic_dataset_layout_and_cache(synthetic_root):
@@ -190,7 +194,8 @@ def test_synthetic_datamodule_splits_by_subject_and_labels_by_name(synthetic_roo
     dm.setup("fit")
     dm.setup("test")
     counts = {split: len(ds) for split, ds in dm.datasets.items()}
-    assert counts == {"train": 9 * 6, "val": 2 * 6, "test": 7 * 6}
+    k = len(SYNTHETIC_CLASSES)
+    assert counts == {"train": 9 * k, "val": 2 * k, "test": 7 * k}
     for split, subjects in [("val", {19, 25}), ("test", {2, 10, 11, 14, 16, 18, 20})]:
         for record in dm.datasets[split].records:
             name = parse_smarthome_name(record.path.rsplit("/", 1)[1])
@@ -204,8 +209,8 @@ def test_synthetic_datamodule_splits_by_subject_and_labels_by_name(synthetic_roo
 
 
 def test_a_broken_file_is_replaced_in_training_and_dropped_in_evaluation(synthetic_root, tmp_path, caplog):
-    good = sorted(synthetic_root.glob("Pulse_*.mp4"))[0]
-    broken = tmp_path / "Orbit_p03_r00_v01_c01.mp4"
+    good = sorted(synthetic_root.glob("Change.Size_*.mp4"))[0]
+    broken = tmp_path / "Move.Circle_p03_r00_v01_c01.mp4"
     broken.write_bytes(good.read_bytes()[:300])  # truncated
     records = [VideoRecord(str(broken), 3), VideoRecord(str(good), 4)]
     sampler = FrameSampler(num_frames=4, sampling_rate=4)

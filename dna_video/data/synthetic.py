@@ -1,12 +1,12 @@
 """A small synthetic action dataset written as real H.264 mp4 files in the Toyota Smarthome
 naming layout, and its DataModule (the quickstart's data).
 
-Each video shows an "actor" shape whose MOTION defines the class, a smaller distractor shape
-wandering at random, over a textured background. Shape, colours, positions, speed, length
-and camera number vary per video. The classes differ only in how the actor moves over time
-(its direction along a path is random), so no single frame tells the class: a model must
-combine frames. Every class is closed under horizontal flips, so the standard training
-augmentation applies.
+Each video shows an "actor" shape whose motion or change over time defines the class
+(blinking, changing size, moving on a circle, moving on a line, or staying still while the
+distractor moves), a smaller distractor shape wandering at random, and a textured background. Shape,
+colours, positions, directions, phases, length and camera number vary per video, so no
+single frame tells the class: a model must compare frames. Every class is closed under
+horizontal flips, so the standard training augmentation applies.
 
 Generation is deterministic from ``seed``; the folder records the generator's parameters and
 is rebuilt when they change. Splits follow the Smarthome cross-subject protocol (train
@@ -34,8 +34,8 @@ log = logging.getLogger(__name__)
 __all__ = ["SYNTHETIC_CLASSES", "generate_synthetic_dataset", "render_video", "SyntheticSmarthome"]
 
 # Class names in label order. Names follow Smarthome's `Coarse.Fine` style (no `_`).
-SYNTHETIC_CLASSES = ("Blink", "Move.Horizontal", "Move.Vertical", "Orbit", "Pulse", "Stay")
-GENERATOR_VERSION = 4
+SYNTHETIC_CLASSES = ("Blink", "Change.Size", "Move.Circle", "Move.Line", "Stay")
+GENERATOR_VERSION = 7
 MANIFEST = "synthetic.json"
 
 
@@ -51,36 +51,39 @@ def _shape_mask(kind: int, yy: np.ndarray, xx: np.ndarray, cy: float, cx: float,
 def _actor_track(label: int, t: np.ndarray, rng: np.random.Generator, h: int, w: int):
     """Centre (y, x) and radius of the actor at normalised times ``t`` in [0, 1].
 
-    Displacements span most of the frame, so that a clip of a few frames sees the actor
-    cross several patches. Directions are random within a class (up or down, clockwise or
-    not...), so no class can be told from one frame or from a flip."""
+    Paths are scaled by the frame height and centred, so they stay inside a centred square
+    crop, and span several patches. Directions and phases are random within a class (up or
+    down, left or right, clockwise or not...), so no class can be told from one frame or
+    from a flip."""
     r0 = rng.uniform(0.11, 0.15) * h
     cy0, cx0 = rng.uniform(0.35, 0.65) * h, rng.uniform(0.3, 0.7) * w
     cls = SYNTHETIC_CLASSES[label]
     r = np.full_like(t, r0)
     cy, cx = np.full_like(t, cy0), np.full_like(t, cx0)
-    wobble = rng.normal(0, 1.0, t.shape).cumsum() * 0.2
+    wobble = rng.normal(0, 1.0, t.shape).cumsum() * 0.1
     sign = rng.choice([-1.0, 1.0])
-    path = sign * (t - 0.5)
-    if cls == "Move.Vertical":
-        cy, cx = h / 2 + rng.uniform(0.6, 0.75) * h * path, cx0 + wobble
-    elif cls == "Move.Horizontal":
-        cx, cy = w / 2 + rng.uniform(0.6, 0.75) * w * path, cy0 + wobble
-    elif cls == "Blink":
+    cycles = rng.uniform(1.0, 1.5)
+    wave = 0.5 * (1 - np.cos(2 * np.pi * cycles * t + rng.uniform(0, np.pi)))  # in [0, 1]
+    if cls == "Blink":
         # In place, hidden (radius 0) for half of each period of 10 to 16 frames.
         period = rng.uniform(10, 16) / (len(t) - 1)
         r = np.where(((t / period + rng.uniform(0, 1)) % 1.0) < 0.5, r0, 0.0)
-    elif cls == "Orbit":
+    elif cls == "Change.Size":
+        small, large = rng.uniform(0.04, 0.06) * h, rng.uniform(0.25, 0.3) * h
+        r = small + (large - small) * wave
+    elif cls == "Move.Circle":
         turn = sign * 2 * np.pi * rng.uniform(0.8, 1.1)
         phase = rng.uniform(0, 2 * np.pi)
         rad = rng.uniform(0.25, 0.32) * h
         cy, cx = h / 2 + rad * np.sin(phase + turn * t), w / 2 + rad * np.cos(phase + turn * t)
-    elif cls == "Pulse":
-        small, large = rng.uniform(0.04, 0.06) * h, rng.uniform(0.25, 0.3) * h
-        cycles = rng.uniform(1.0, 1.5)
-        r = small + (large - small) * 0.5 * (1 - np.cos(2 * np.pi * cycles * t + rng.uniform(0, np.pi)))
+    elif cls == "Move.Line":
+        along = h / 2 + sign * rng.uniform(0.6, 0.75) * h * (t - 0.5)
+        if rng.random() < 0.5:
+            cy, cx = along, cx0 + wobble
+        else:
+            cy, cx = cy0 + wobble, along - h / 2 + w / 2
     elif cls == "Stay":
-        cy, cx = cy0 + wobble * 0.5, cx0 + wobble[::-1] * 0.5
+        cy, cx = cy0 + wobble, cx0 + wobble[::-1]
     return cy, cx, r
 
 
@@ -187,7 +190,7 @@ class SyntheticSmarthome(VideoDataModule):
 
     Args:
         root: folder of the generated videos (created on first use, reused afterwards).
-        videos_per_subject_class: videos per (subject, class) pair; 18 subjects, 6 classes.
+        videos_per_subject_class: videos per (subject, class) pair; 18 subjects, 5 classes.
         seed: generator seed; the same seed writes the same videos.
         kwargs: everything :class:`VideoDataModule` takes (batch size, sampling, transforms).
     """
