@@ -35,7 +35,7 @@ __all__ = ["SYNTHETIC_CLASSES", "generate_synthetic_dataset", "render_video", "S
 
 # Class names in label order. Names follow Smarthome's `Coarse.Fine` style (no `_`).
 SYNTHETIC_CLASSES = ("Blink", "Change.Size", "Move.Circle", "Move.Line", "Stay")
-GENERATOR_VERSION = 7
+GENERATOR_VERSION = 8
 MANIFEST = "synthetic.json"
 
 
@@ -51,12 +51,13 @@ def _shape_mask(kind: int, yy: np.ndarray, xx: np.ndarray, cy: float, cx: float,
 def _actor_track(label: int, t: np.ndarray, rng: np.random.Generator, h: int, w: int):
     """Centre (y, x) and radius of the actor at normalised times ``t`` in [0, 1].
 
-    Paths are scaled by the frame height and centred, so they stay inside a centred square
-    crop, and span several patches. Directions and phases are random within a class (up or
+    Everything happens near the centre, at a scale set by the frame height, so that a
+    training crop (short-side jitter then a square crop) keeps the whole path in view while
+    it still spans several patches. Directions and phases are random within a class (up or
     down, left or right, clockwise or not...), so no class can be told from one frame or
     from a flip."""
-    r0 = rng.uniform(0.11, 0.15) * h
-    cy0, cx0 = rng.uniform(0.35, 0.65) * h, rng.uniform(0.3, 0.7) * w
+    r0 = rng.uniform(0.1, 0.13) * h
+    cy0, cx0 = h / 2 + rng.uniform(-0.1, 0.1) * h, w / 2 + rng.uniform(-0.1, 0.1) * h
     cls = SYNTHETIC_CLASSES[label]
     r = np.full_like(t, r0)
     cy, cx = np.full_like(t, cy0), np.full_like(t, cx0)
@@ -69,15 +70,15 @@ def _actor_track(label: int, t: np.ndarray, rng: np.random.Generator, h: int, w:
         period = rng.uniform(10, 16) / (len(t) - 1)
         r = np.where(((t / period + rng.uniform(0, 1)) % 1.0) < 0.5, r0, 0.0)
     elif cls == "Change.Size":
-        small, large = rng.uniform(0.04, 0.06) * h, rng.uniform(0.25, 0.3) * h
+        small, large = rng.uniform(0.04, 0.05) * h, rng.uniform(0.22, 0.26) * h
         r = small + (large - small) * wave
     elif cls == "Move.Circle":
         turn = sign * 2 * np.pi * rng.uniform(0.8, 1.1)
         phase = rng.uniform(0, 2 * np.pi)
-        rad = rng.uniform(0.25, 0.32) * h
+        rad = rng.uniform(0.2, 0.24) * h
         cy, cx = h / 2 + rad * np.sin(phase + turn * t), w / 2 + rad * np.cos(phase + turn * t)
     elif cls == "Move.Line":
-        along = h / 2 + sign * rng.uniform(0.6, 0.75) * h * (t - 0.5)
+        along = h / 2 + sign * rng.uniform(0.5, 0.6) * h * (t - 0.5)
         if rng.random() < 0.5:
             cy, cx = along, cx0 + wobble
         else:
