@@ -1,0 +1,161 @@
+"""Section 3: training clips/s of the data pipeline, ours against pytorchvideo's.
+
+Same files, same sampling, same transforms, same loader settings on both sides:
+
+* files: generated 640 x 480, 30 fps, 10 s H.264 mp4 (Toyota Smarthome's resolution), once
+  with a keyframe every 16 frames (what the toolkit's synthetic data and a prepared copy use)
+  and once every 250 frames (x264's default, as in files straight from a camera pipeline);
+* sampling: a random clip of 8 frames 32 apart at 30 fps (the paper's recipe), one clip per
+  video per epoch, every video listed ``repeat`` times;
+* transforms: short-side jitter [256, 320], random 224 crop, flip, normalise (our
+  ``TrainClipTransform`` on both sides; ``pytorchvideo.transforms`` does not import with the
+  torchvision in use);
+* loader: batch 8, 2 worker processes, a fresh loader per epoch (worker start-up included).
+
+Ours is the toolkit's ``VideoDataModule``: the sampler picks 8 frame indices and decord
+decodes only those (seeking from the nearest keyframe). pytorchvideo's
+``LabeledVideoDataset`` with its PyAV decoder and a ``random`` clip sampler of 256/30 s
+decodes every frame of the 8.5 s window, then keeps 8 evenly spaced ones (its
+``UniformTemporalSubsample``, reproduced here since its transforms module cannot import).
+
+When this checkout has the data issue's ``dna_video.prepare``, 1920 x 1080 MPEG-4 AVI files
+(NTU RGB+D's format) are also timed against the same files prepared by it (H.264 mp4, short
+side 320, keyframe every 16 frames).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import torch
+
+from dna_video.data.datamodule import VideoDataModule
+from dna_video.data.dataset import VideoRecord
+from dna_video.data.transforms import TrainClipTransform
+
+from .harness import Row, interleaved
+from .videos import VideoSpec, make_videos
+
+__all__ = ["run"]
+
+NUM_FRAMES, SAMPLING_RATE, FPS = 8, 32, 30.0
+SHORT_SIDE, CROP, BATCH, WORKERS = (256, 320), 224, 8, 2
+MEAN, STD = (0.45,) * 3, (0.225,) * 3
+
+
+class FileListData(VideoDataModule):
+    """The toolkit's DataModule over a given list of records (every split the same)."""
+
+    def __init__(self, records: list[VideoRecord], num_classes: int, **kwargs) -> None:
+        super().__init__(root="", **kwargs)
+        self._records = records
+        self._num_classes = num_classes
+
+    @property
+    def class_names(self) -> list[str]:
+        return [str(i) for i in range(self._num_classes)]
+
+    def build_split(self, split: str) -> list[VideoRecord]:
+        return self._records
+
+
+class PytorchvideoTransform:
+    """pytorchvideo sample dict -> the same clip as ours: 8 evenly spaced frames of the
+    decoded window (``UniformTemporalSubsample``), then our train transform."""
+
+    def __init__(self) -> None:
+        self.transform = TrainClipTransform(SHORT_SIDE, CROP, True, MEAN, STD)
+
+    def __call__(self, sample: dict) -> dict:
+        video = sample["video"]  # (C, T, H, W) float in [0, 255]
+        idx = torch.linspace(0, video.shape[1] - 1, NUM_FRAMES).round().long()
+        frames = video[:, idx].permute(1, 0, 2, 3).round().to(torch.uint8)
+        return {"video": self.transform(frames), "label": sample["label"]}
+
+
+def _ours(records: list[VideoRecord]):
+    dm = FileListData(
+        records, num_classes=max(r.label for r in records) + 1, batch_size=BATCH, num_workers=WORKERS,
+        num_frames=NUM_FRAMES, sampling_rate=SAMPLING_RATE, target_fps=FPS, train_short_side=SHORT_SIDE,
+        crop_size=CROP, mean=MEAN, std=STD,
+    )
+    dm.setup("fit")
+
+    def epoch() -> int:
+        return sum(batch["video"].shape[0] for batch in dm.train_dataloader())
+
+    return epoch
+
+
+def _pytorchvideo(records: list[VideoRecord]):
+    from pytorchvideo.data import LabeledVideoDataset, make_clip_sampler
+
+    def epoch() -> int:
+        dataset = LabeledVideoDataset(
+            [(r.path, {"label": r.label}) for r in records],
+            make_clip_sampler("random", NUM_FRAMES * SAMPLING_RATE / FPS),
+            torch.utils.data.RandomSampler,
+            transform=PytorchvideoTransform(),
+            decode_audio=False,
+            decoder="pyav",
+        )
+        loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=WORKERS)
+        return sum(batch["video"].shape[0] for batch in loader)
+
+    return epoch
+
+
+def _clips_per_s(epochs: dict, rounds: int) -> dict[str, float]:
+    counts = {k: fn() for k, fn in epochs.items()}  # also the warm-up (file cache, imports)
+    times = interleaved(epochs, rounds=rounds, warmup=0)
+    return {k: counts[k] / times[k] for k in epochs}
+
+
+def _records(paths: list[str], repeat: int) -> list[VideoRecord]:
+    return [VideoRecord(p, i % 4) for _ in range(repeat) for i, p in enumerate(paths)]
+
+
+def run(cache: str, rounds: int = 3, quick: bool = False) -> list[Row]:
+    rows: list[Row] = []
+    videos = 4 if quick else 8
+    repeat = 2 if quick else 4
+    for gop in (16, 250):
+        spec = VideoSpec(count=videos, frames=300, height=480, width=640, gop=gop)
+        records = _records(make_videos(cache, spec), repeat)
+        cps = _clips_per_s({"ours": _ours(records), "pytorchvideo": _pytorchvideo(records)}, rounds)
+        case = f"train clips, 640x480 H.264 mp4, keyframe every {gop}, {len(records)} clips/epoch"
+        rows.append(Row("data", case, "clips/s", "ours (decord)", cps["ours"], "pytorchvideo (PyAV)",
+                        cps["pytorchvideo"], ">= 2.0", cps["ours"] / cps["pytorchvideo"] >= 2.0))
+    rows += _avi_vs_prepared(cache, rounds, quick)
+    return rows
+
+
+def _avi_vs_prepared(cache: str, rounds: int, quick: bool) -> list[Row]:
+    if importlib.util.find_spec("dna_video.prepare") is None:
+        return []  # reported by the caller as skipped
+    from dna_video import prepare
+
+    spec = VideoSpec(count=2 if quick else 4, frames=300, height=1080, width=1920, codec="mpeg4", gop=12, ext="avi")
+    avis = make_videos(cache, spec)
+    out = Path(cache) / f"{spec.name}_prepared"
+    mp4s = []
+    for src in avis:
+        dst = str(out / (Path(src).stem + ".mp4"))
+        result = prepare.transcode_file(src, dst, short_side=320, gop=16, crf=23, preset="veryfast")
+        if result["status"] not in ("done", "skipped"):
+            raise RuntimeError(f"prepare failed on {src}: {result}")
+        mp4s.append(dst)
+    repeat = 2 if quick else 4
+    cps = _clips_per_s({"avi": _ours(_records(avis, repeat)), "mp4": _ours(_records(mp4s, repeat))}, rounds)
+    case = f"train clips, 1920x1080 MPEG-4 AVI vs prepared mp4 (short side 320), {len(avis) * repeat} clips/epoch"
+    return [Row("data", case, "clips/s", "ours, prepared mp4", cps["mp4"], "ours, original AVI", cps["avi"])]
+
+
+def prepare_available() -> bool:
+    return importlib.util.find_spec("dna_video.prepare") is not None
+
+
+def default_cache() -> str:
+    return os.environ.get("DNA_BENCH_CACHE", ".cache/benchmarks")
