@@ -92,7 +92,8 @@ def machine_description() -> str:
 
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     return (
-        f"{model}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}, {mem}, "
+        f"{model}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()} "
+        f"(OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}), {mem}, "
         f"ISA {torch.backends.cpu.get_cpu_capability()}; Python {platform.python_version()}, "
         f"torch {torch.__version__}, torchvision {torchvision.__version__}, lightning {lightning.__version__}; "
         f"load average (1/5/15 min) {load}"
