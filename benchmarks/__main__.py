@@ -46,30 +46,29 @@ def main(argv: list[str] | None = None) -> str:
     command = "python -m benchmarks " + shlex.join(sys.argv[1:] if argv is None else argv)
     header = machine_description()
     start = time.perf_counter()
-    rows, notes = [], []
+    rows = []
     for section in args.sections:
         t0 = time.perf_counter()
         if section == "attention":
-            rows += attention.run(rounds=args.rounds + 2, quick=args.quick)
+            rows += attention.run(rounds=args.rounds + 4, quick=args.quick)
         elif section == "model":
             rows += model.run(rounds=args.rounds, quick=args.quick, compile=args.compile)
         elif section == "data":
             rows += data.run(args.cache, rounds=max(2, args.rounds // 2), quick=args.quick)
-            if not data.prepare_available():
-                notes.append("1080p AVI vs prepared mp4: skipped, this checkout has no `dna_video.prepare`.")
         print(f"[{section}: {time.perf_counter() - t0:.0f} s]", file=sys.stderr, flush=True)
     total = time.perf_counter() - start
     text = "\n".join([
         f"`{command}` ({total / 60:.1f} min)",
         "",
-        f"Machine: {header}",
+        f"Machine: {header} (at the end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())})",
         "",
         markdown_table(rows),
         "",
-        "Ratio = ours / baseline: below 1 is better for ms and MiB, above 1 for clips/s. "
-        "Times are medians of interleaved rounds (wall clock); peak MiB = peak of live tensor "
-        "memory during one step above what was live before it.",
-        *("" if not notes else "\n" + "\n".join(notes)),
+        "Ratio = ours / baseline of the values shown (medians of interleaved rounds, wall clock): "
+        "below 1 is better for ms and MiB, above 1 for clips/s. CPU-time ratio: the same calls "
+        "timed by this process's CPU time, which leaves out waiting for a core (steadier on a "
+        "shared machine; blank for the data rows, whose work is in worker processes). "
+        "Peak MiB: peak of live tensor memory during one call above what was live before it.",
     ])
     print(text)
     if args.output:

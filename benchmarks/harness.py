@@ -4,7 +4,8 @@ peak tensor memory on CPU, the machine description, and the result table.
 Timing: every case of a comparison runs once per round, in an order rotated each round, and
 the reported figure is the median over rounds. On a shared machine the load changes from
 second to second; interleaving spreads it over all cases alike, so the RATIO of medians is
-meaningful even when absolute times are not.
+meaningful even when absolute times are not. Each call is timed both by the wall clock and
+by the process's CPU time (see :class:`Timing`).
 
 Memory: :func:`peak_memory` runs a callable under ``torch.profiler`` with
 ``profile_memory=True`` and replays the allocator's allocation and free events in time
@@ -26,16 +27,22 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Row", "interleaved", "peak_memory", "machine_description", "markdown_table"]
+__all__ = ["Row", "Timing", "interleaved", "time_row", "rate_row", "peak_memory", "machine_description", "markdown_table"]
 
 
-def interleaved(
-    cases: dict[str, Callable[[], object]],
-    rounds: int,
-    warmup: int = 1,
-    clock: Callable[[], float] = time.perf_counter,
-) -> dict[str, float]:
-    """Median seconds per call of each case, the cases interleaved round by round.
+@dataclass(frozen=True)
+class Timing:
+    """Median seconds per call: wall clock, and CPU time of this process (all its threads).
+
+    CPU time leaves out the time the process waited for a core, so on a shared machine its
+    ratios are steadier; wall time is what a user waits for. Both come from the same calls."""
+
+    wall: float
+    cpu: float
+
+
+def interleaved(cases: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, Timing]:
+    """Median time per call of each case, the cases interleaved round by round.
 
     Each case first runs ``warmup`` times (not timed: first-call allocations, lazy inits).
     Round r runs the cases starting from the r-th, so none is always first or last.
@@ -44,13 +51,15 @@ def interleaved(
     for name in names:
         for _ in range(warmup):
             cases[name]()
-    times: dict[str, list[float]] = {name: [] for name in names}
+    wall: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
         for name in names[r % len(names):] + names[: r % len(names)]:
-            start = clock()
+            start, start_cpu = time.perf_counter(), time.process_time()
             cases[name]()
-            times[name].append(clock() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+            wall[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+    return {name: Timing(statistics.median(wall[name]), statistics.median(cpu[name])) for name in names}
 
 
 def peak_memory(fn: Callable[[], object]) -> int:
@@ -116,10 +125,32 @@ class Row:
     baseline_value: float
     target: str = ""
     met: bool | None = None
+    cpu_ratio: float | None = None
 
     @property
     def ratio(self) -> float:
         return self.ours_value / self.baseline_value if self.baseline_value else float("nan")
+
+
+def time_row(
+    section: str, case: str, metric: str, ours: str, ours_t: Timing, baseline: str, base_t: Timing,
+    target: str = "", limit: float | None = None,
+) -> Row:
+    """A row of milliseconds; ``limit``: the target holds when ours / baseline <= limit."""
+    ratio = ours_t.wall / base_t.wall
+    return Row(section, case, metric, ours, ours_t.wall * 1e3, baseline, base_t.wall * 1e3, target,
+               None if limit is None else ratio <= limit, cpu_ratio=ours_t.cpu / base_t.cpu)
+
+
+def rate_row(
+    section: str, case: str, per_call: float, ours: str, ours_t: Timing, baseline: str, base_t: Timing,
+    target: str = "", limit: float | None = None,
+) -> Row:
+    """A row of items per second (``per_call`` items each call); ``limit``: the target holds
+    when ours / baseline >= limit."""
+    ratio = base_t.wall / ours_t.wall
+    return Row(section, case, "clips/s", ours, per_call / ours_t.wall, baseline, per_call / base_t.wall, target,
+               None if limit is None else ratio >= limit, cpu_ratio=base_t.cpu / ours_t.cpu)
 
 
 def _fmt(value: float, metric: str) -> str:
@@ -132,13 +163,14 @@ def _fmt(value: float, metric: str) -> str:
 
 def markdown_table(rows: list[Row]) -> str:
     lines = [
-        "| section | case | metric | ours | value | baseline | value | ratio | target |",
-        "|---|---|---|---|---:|---|---:|---:|---|",
+        "| section | case | metric | ours | value | baseline | value | ratio | CPU-time ratio | target |",
+        "|---|---|---|---|---:|---|---:|---:|---:|---|",
     ]
     for r in rows:
         mark = "" if r.met is None else (" (met)" if r.met else " (MISSED)")
         lines.append(
             f"| {r.section} | {r.case} | {r.metric} | {r.ours} | {_fmt(r.ours_value, r.metric)} | "
-            f"{r.baseline} | {_fmt(r.baseline_value, r.metric)} | {r.ratio:.2f} | {r.target}{mark} |"
+            f"{r.baseline} | {_fmt(r.baseline_value, r.metric)} | {r.ratio:.2f} | "
+            f"{'' if r.cpu_ratio is None else f'{r.cpu_ratio:.2f}'} | {r.target}{mark} |"
         )
     return "\n".join(lines)

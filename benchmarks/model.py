@@ -28,7 +28,7 @@ from torch import nn
 
 from dna_video.timesformer import TimeSformer
 
-from .harness import Row, interleaved, peak_memory
+from .harness import Row, interleaved, peak_memory, rate_row, time_row
 
 __all__ = ["Geometry", "REDUCED", "BASE", "QUICKSTART", "run", "flop_ratio", "build_ours", "build_hf"]
 
@@ -129,14 +129,25 @@ def inference(model: nn.Module, video: torch.Tensor) -> Callable[[], None]:
     return step
 
 
-def _train_cases(g: Geometry) -> dict[str, Callable[[], None]]:
+def _train_cases(g: Geometry, features: bool = False) -> dict[str, Callable[[], None]]:
+    """Train steps of the three models; with ``features`` also bf16 autocast (ours and HF's)
+    and activation checkpointing (DnA)."""
     torch.manual_seed(0)
     ours_in, hf_in = _inputs(g, hf=False), _inputs(g, hf=True)
-    return {
+    cases = {
         "DnA": train_step(build_ours(g, "dna"), *ours_in),
         "softmax": train_step(build_ours(g, "softmax"), *ours_in),
         "HF": train_step(build_hf(g), *hf_in),
     }
+    if features:
+        checkpointed = build_ours(g, "dna")
+        checkpointed.grad_checkpointing = True
+        cases.update({
+            "DnA bf16": train_step(build_ours(g, "dna"), *ours_in, bf16=True),
+            "HF bf16": train_step(build_hf(g), *hf_in, bf16=True),
+            "DnA ckpt": train_step(checkpointed, *ours_in),
+        })
+    return cases
 
 
 def _memory_after_warmup(step: Callable[[], None]) -> float:
@@ -148,55 +159,36 @@ def run(rounds: int = 5, quick: bool = False, compile: bool = False) -> list[Row
     rows: list[Row] = []
     sec = "model"
 
-    # Train step at the reduced geometry, the three models interleaved.
+    # Train step at the reduced geometry: the three models and the speed features, interleaved.
     g = REDUCED
     case = f"train step, {g.describe()}"
-    cases = _train_cases(g)
+    cases = _train_cases(g, features=True)
     t = interleaved(cases, rounds=max(3, rounds // 2) if quick else rounds)
-    mem = {k: _memory_after_warmup(step) for k, step in cases.items()}
-    ms = {k: v * 1e3 for k, v in t.items()}
+    mem = {k: _memory_after_warmup(cases[k]) for k in ("DnA", "softmax", "HF", "DnA ckpt")}
     r = flop_ratio(g)
     rows += [
-        Row(sec, case, "ms", "DnA", ms["DnA"], "our softmax", ms["softmax"],
-            f"<= 1.3 (FLOP ratio {r:.2f})", ms["DnA"] / ms["softmax"] <= 1.3),
-        Row(sec, case, "ms", "our softmax", ms["softmax"], "HF softmax", ms["HF"],
-            "<= 1.0 (stretch <= 0.83)", ms["softmax"] / ms["HF"] <= 1.0),
-        Row(sec, case, "ms", "DnA", ms["DnA"], "HF softmax", ms["HF"],
-            "<= 1.2 (stretch <= 1.0)", ms["DnA"] / ms["HF"] <= 1.2),
+        time_row(sec, case, "ms", "DnA", t["DnA"], "our softmax", t["softmax"], f"<= 1.3 (FLOP ratio {r:.2f})", 1.3),
+        time_row(sec, case, "ms", "our softmax", t["softmax"], "HF softmax", t["HF"], "<= 1.0 (stretch <= 0.83)", 1.0),
+        time_row(sec, case, "ms", "DnA", t["DnA"], "HF softmax", t["HF"], "<= 1.2 (stretch <= 1.0)", 1.2),
         Row(sec, case, "peak MiB", "our softmax", mem["softmax"], "HF softmax", mem["HF"],
             "<= 0.8", mem["softmax"] / mem["HF"] <= 0.8),
         Row(sec, case, "peak MiB", "DnA", mem["DnA"], "HF softmax", mem["HF"]),
-    ]
-    del cases
-
-    # Speed features on DnA at the same geometry, each against plain fp32 eager.
-    torch.manual_seed(0)
-    video, target = _inputs(g, hf=False)
-    model = build_ours(g, "dna")
-    checkpointed = build_ours(g, "dna")
-    checkpointed.grad_checkpointing = True
-    features = {
-        "fp32": train_step(model, video, target),
-        "bf16": train_step(build_ours(g, "dna"), video, target, bf16=True),
-        "ckpt": train_step(checkpointed, video, target),
-    }
-    t = interleaved(features, rounds=max(3, rounds // 2) if quick else rounds)
-    mem = {k: _memory_after_warmup(features[k]) for k in ("fp32", "ckpt")}
-    rows += [
-        Row(sec, case, "ms", "DnA bf16 autocast", t["bf16"] * 1e3, "DnA fp32", t["fp32"] * 1e3),
-        Row(sec, case, "ms", "DnA grad checkpointing", t["ckpt"] * 1e3, "DnA", t["fp32"] * 1e3),
-        Row(sec, case, "peak MiB", "DnA grad checkpointing", mem["ckpt"], "DnA", mem["fp32"]),
+        time_row(sec, case, "ms", "DnA bf16 autocast", t["DnA bf16"], "HF bf16 autocast", t["HF bf16"]),
+        time_row(sec, case, "ms", "DnA bf16 autocast", t["DnA bf16"], "DnA fp32", t["DnA"]),
+        time_row(sec, case, "ms", "DnA grad checkpointing", t["DnA ckpt"], "DnA", t["DnA"]),
+        Row(sec, case, "peak MiB", "DnA grad checkpointing", mem["DnA ckpt"], "DnA", mem["DnA"]),
     ]
     if compile:
-        compiled_model = torch.compile(build_ours(g, "dna"))
-        compiled = train_step(compiled_model, video, target)
+        torch.manual_seed(0)
+        video, target = _inputs(g, hf=False)
+        compiled = train_step(torch.compile(build_ours(g, "dna")), video, target)
         start = time.perf_counter()
         compiled()  # compiles forward and backward
         compile_s = time.perf_counter() - start
-        t = interleaved({"eager": features["fp32"], "compiled": compiled}, rounds=max(3, rounds // 2), warmup=1)
-        rows.append(Row(sec, case, "ms", f"DnA torch.compile (first step {compile_s:.0f} s)", t["compiled"] * 1e3,
-                        "DnA eager", t["eager"] * 1e3))
-    del features, model, checkpointed
+        t = interleaved({"eager": cases["DnA"], "compiled": compiled}, rounds=max(3, rounds // 2), warmup=1)
+        rows.append(time_row(sec, case, "ms", f"DnA torch.compile (first step {compile_s:.0f} s)", t["compiled"],
+                             "DnA eager", t["eager"]))
+    del cases
 
     # Inference at the full base geometry.
     g = BASE
@@ -210,12 +202,10 @@ def run(rounds: int = 5, quick: bool = False, compile: bool = False) -> list[Row
         "HF": inference(build_hf(g), hf_video),
     }
     t = interleaved(cases, rounds=2 if quick else 3)
-    cps = {k: g.batch / v for k, v in t.items()}
     rows += [
-        Row(sec, case, "clips/s", "our softmax", cps["softmax"], "HF softmax", cps["HF"], ">= 1.0"),
-        Row(sec, case, "clips/s", "DnA", cps["DnA"], "HF softmax", cps["HF"]),
-        Row(sec, case, "clips/s", "DnA", cps["DnA"], "our softmax", cps["softmax"],
-            f"FLOP ratio 1/{flop_ratio(g):.2f}"),
+        rate_row(sec, case, g.batch, "our softmax", t["softmax"], "HF softmax", t["HF"], ">= 1.0", 1.0),
+        rate_row(sec, case, g.batch, "DnA", t["DnA"], "HF softmax", t["HF"]),
+        rate_row(sec, case, g.batch, "DnA", t["DnA"], "our softmax", t["softmax"], f"FLOP ratio 1/{flop_ratio(g):.2f}"),
     ]
     del cases
 
@@ -224,10 +214,9 @@ def run(rounds: int = 5, quick: bool = False, compile: bool = False) -> list[Row
     case = f"train step, quickstart: {g.describe()}"
     cases = _train_cases(g)
     t = interleaved(cases, rounds=max(5, rounds) if quick else 3 * rounds)
-    ms = {k: v * 1e3 for k, v in t.items()}
     rows += [
-        Row(sec, case, "ms", "DnA", ms["DnA"], "our softmax", ms["softmax"], f"FLOP ratio {flop_ratio(g):.2f}"),
-        Row(sec, case, "ms", "our softmax", ms["softmax"], "HF softmax", ms["HF"]),
-        Row(sec, case, "ms", "DnA", ms["DnA"], "HF softmax", ms["HF"]),
+        time_row(sec, case, "ms", "DnA", t["DnA"], "our softmax", t["softmax"], f"FLOP ratio {flop_ratio(g):.2f}"),
+        time_row(sec, case, "ms", "our softmax", t["softmax"], "HF softmax", t["HF"]),
+        time_row(sec, case, "ms", "DnA", t["DnA"], "HF softmax", t["HF"]),
     ]
     return rows

@@ -1,10 +1,10 @@
 """Benchmark videos: real encoded files with camera-like content, written once and reused.
 
 The quickstart's synthetic videos (84 x 112, under 2 s, flat colours) decode far faster
-than real footage, so the data benchmark writes its own: a textured scene panning slowly
-(so that P-frames carry real motion and residuals) with a moving object, at the sizes of
-the datasets users train on (Toyota Smarthome 640 x 480 mp4, NTU RGB+D 1920 x 1080 AVI).
-Files are cached under a folder keyed by their parameters, and rebuilt when they change.
+than real footage, so the data benchmark writes its own H.264 mp4 files: a textured scene
+panning slowly (so that P-frames carry real motion and residuals) with a moving object, at
+Toyota Smarthome's 640 x 480. Files are cached under a folder keyed by their parameters and
+rebuilt when they change. (1080p AVIs come from ``benchmarks/decode_speed.py``.)
 """
 
 from __future__ import annotations
@@ -25,23 +25,19 @@ __all__ = ["VideoSpec", "render_scene", "make_videos"]
 
 @dataclass(frozen=True)
 class VideoSpec:
-    """What to write: ``count`` files of ``frames`` frames at ``fps``, ``width`` x ``height``,
-    with ``codec`` (libx264 or mpeg4), a keyframe every ``gop`` frames, extension ``ext``;
-    ``bit_rate`` (bits/s) for mpeg4, whose encoder has no quality-based mode here."""
+    """What to write: ``count`` H.264 mp4 files of ``frames`` frames at ``fps``, ``width`` x
+    ``height``, a keyframe every ``gop`` frames."""
 
     count: int
     frames: int
     height: int
     width: int
     fps: float = 30.0
-    codec: str = "libx264"
     gop: int = 16
-    ext: str = "mp4"
-    bit_rate: int = 12_000_000
 
     @property
     def name(self) -> str:
-        return f"{self.width}x{self.height}_{self.frames}f_{self.codec}_gop{self.gop}.{self.ext}"
+        return f"{self.width}x{self.height}_{self.frames}f_gop{self.gop}"
 
 
 def render_scene(seed: int, frames: int, height: int, width: int) -> np.ndarray:
@@ -69,36 +65,16 @@ def render_scene(seed: int, frames: int, height: int, width: int) -> np.ndarray:
     return out
 
 
-def _write_mpeg4(path: str, frames: np.ndarray, spec: VideoSpec) -> None:
-    """MPEG-4 Part 2 (the codec of NTU RGB+D's AVI files) at a realistic bit rate: the
-    toolkit's ``write_video`` spends ~4 bits per pixel on it, far more than such files."""
-    import av
-    from fractions import Fraction
-
-    with av.open(path, mode="w") as container:
-        stream = container.add_stream("mpeg4", rate=Fraction(spec.fps).limit_denominator(1001))
-        stream.width, stream.height, stream.pix_fmt = spec.width, spec.height, "yuv420p"
-        stream.codec_context.gop_size = spec.gop
-        stream.codec_context.bit_rate = spec.bit_rate
-        for frame in frames:
-            container.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")))
-        container.mux(stream.encode())
-
-
 def _write(args: tuple[str, int, VideoSpec]) -> None:
     path, seed, spec = args
-    frames = render_scene(seed, spec.frames, spec.height, spec.width)
-    if spec.codec == "mpeg4":
-        _write_mpeg4(path, frames, spec)
-    else:
-        write_video(path, frames, fps=spec.fps, codec=spec.codec, gop=spec.gop, crf=23)
+    write_video(path, render_scene(seed, spec.frames, spec.height, spec.width), fps=spec.fps, gop=spec.gop, crf=23)
 
 
 def make_videos(root: str | os.PathLike, spec: VideoSpec, workers: int = 2) -> list[str]:
     """Paths of ``spec.count`` videos under ``root/<spec.name>``, written if absent."""
     folder = Path(root) / spec.name
     manifest = folder / "videos.json"
-    paths = [str(folder / f"video_{i:03d}.{spec.ext}") for i in range(spec.count)]
+    paths = [str(folder / f"video_{i:03d}.mp4") for i in range(spec.count)]
     if manifest.exists() and json.loads(manifest.read_text()) == asdict(spec):
         return paths
     folder.mkdir(parents=True, exist_ok=True)
