@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> str:
             rows += model.run(rounds=args.rounds, quick=args.quick, compile=args.compile)
         elif section == "data":
             rows += data.run(args.cache, rounds=max(2, args.rounds // 2), quick=args.quick)
-        print(f"[{section}: {time.perf_counter() - t0:.0f} s]", file=sys.stderr, flush=True)
+        # Progress, and the rows so far in case a later section fails.
+        print(f"[{section}: {time.perf_counter() - t0:.0f} s]\n{markdown_table(rows)}", file=sys.stderr, flush=True)
     total = time.perf_counter() - start
     text = "\n".join([
         f"`{command}` ({total / 60:.1f} min)",

@@ -201,7 +201,7 @@ def run(rounds: int = 5, quick: bool = False, compile: bool = False) -> list[Row
         "softmax": inference(build_ours(g, "softmax"), ours_video),
         "HF": inference(build_hf(g), hf_video),
     }
-    t = interleaved(cases, rounds=2 if quick else 3)
+    t = interleaved(cases, rounds=2)
     rows += [
         rate_row(sec, case, g.batch, "our softmax", t["softmax"], "HF softmax", t["HF"], ">= 1.0", 1.0),
         rate_row(sec, case, g.batch, "DnA", t["DnA"], "HF softmax", t["HF"]),

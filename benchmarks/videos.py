@@ -25,19 +25,19 @@ __all__ = ["VideoSpec", "render_scene", "make_videos"]
 
 @dataclass(frozen=True)
 class VideoSpec:
-    """What to write: ``count`` H.264 mp4 files of ``frames`` frames at ``fps``, ``width`` x
-    ``height``, a keyframe every ``gop`` frames."""
+    """What to write: ``count`` scenes of ``frames`` frames at ``fps``, ``width`` x ``height``,
+    each encoded as H.264 mp4 once per keyframe interval in ``gops``."""
 
     count: int
     frames: int
     height: int
     width: int
     fps: float = 30.0
-    gop: int = 16
+    gops: tuple[int, ...] = (16,)
 
     @property
     def name(self) -> str:
-        return f"{self.width}x{self.height}_{self.frames}f_gop{self.gop}"
+        return f"{self.width}x{self.height}_{self.frames}f"
 
 
 def render_scene(seed: int, frames: int, height: int, width: int) -> np.ndarray:
@@ -65,20 +65,24 @@ def render_scene(seed: int, frames: int, height: int, width: int) -> np.ndarray:
     return out
 
 
-def _write(args: tuple[str, int, VideoSpec]) -> None:
-    path, seed, spec = args
-    write_video(path, render_scene(seed, spec.frames, spec.height, spec.width), fps=spec.fps, gop=spec.gop, crf=23)
+def _write(args: tuple[dict[int, str], int, VideoSpec]) -> None:
+    paths, seed, spec = args
+    frames = render_scene(seed, spec.frames, spec.height, spec.width)
+    for gop, path in paths.items():
+        write_video(path, frames, fps=spec.fps, gop=gop, crf=23)
 
 
-def make_videos(root: str | os.PathLike, spec: VideoSpec, workers: int = 2) -> list[str]:
-    """Paths of ``spec.count`` videos under ``root/<spec.name>``, written if absent."""
+def make_videos(root: str | os.PathLike, spec: VideoSpec, workers: int = 2) -> dict[int, list[str]]:
+    """Paths of the ``spec.count`` videos under ``root/<spec.name>`` for each keyframe interval,
+    written if absent (the manifest records the spec they were written with)."""
     folder = Path(root) / spec.name
     manifest = folder / "videos.json"
-    paths = [str(folder / f"video_{i:03d}.mp4") for i in range(spec.count)]
-    if manifest.exists() and json.loads(manifest.read_text()) == asdict(spec):
+    paths = {gop: [str(folder / f"gop{gop}" / f"video_{i:03d}.mp4") for i in range(spec.count)] for gop in spec.gops}
+    if manifest.exists() and json.loads(manifest.read_text()) == json.loads(json.dumps(asdict(spec))):
         return paths
-    folder.mkdir(parents=True, exist_ok=True)
-    jobs = [(p, i, spec) for i, p in enumerate(paths)]
+    for gop in spec.gops:
+        (folder / f"gop{gop}").mkdir(parents=True, exist_ok=True)
+    jobs = [({gop: paths[gop][i] for gop in spec.gops}, i, spec) for i in range(spec.count)]
     with ProcessPoolExecutor(workers) as pool:
         list(pool.map(_write, jobs))
     manifest.write_text(json.dumps(asdict(spec)))
