@@ -53,8 +53,9 @@ def _fwd_bwd(module: torch.nn.Module, x: torch.Tensor, grad: torch.Tensor, forwa
     forward = forward or module
 
     def step() -> None:
-        module.zero_grad(set_to_none=True)
         forward(x).backward(grad)
+        module.zero_grad(set_to_none=True)  # at the end: see harness.peak_memory
+        x.grad = None
 
     return step
 

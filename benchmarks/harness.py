@@ -65,7 +65,11 @@ def interleaved(cases: dict[str, Callable[[], object]], rounds: int, warmup: int
 def peak_memory(fn: Callable[[], object]) -> int:
     """Peak bytes of CPU tensor memory allocated by ``fn`` above what was live when it
     started (see the module docstring). The result of ``fn`` is dropped inside the window,
-    so only memory needed DURING the call counts, not what it returns."""
+    so only memory needed DURING the call counts, not what it returns.
+
+    Frees of tensors that were live before the call count too (as negative): free such
+    tensors (e.g. old gradients) BEFORE the call, or the peak comes out lower by their size.
+    """
     from torch.profiler import ProfilerActivity, profile
 
     gc.collect()

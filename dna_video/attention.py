@@ -177,6 +177,8 @@ class _DnAProjection(torch.autograd.Function):
             weight, _ = _fuse_dna_weights(w_qkv, b_qkv, w_qneg, b_qneg, w_vneg, b_vneg, alpha)
             grad_x = (grad @ weight.to(grad.dtype)).to(ctx.x_dtype)
             del weight
+        if not any(ctx.needs_input_grad[1:]):  # frozen projections
+            return (grad_x,) + (None,) * 7
         flat = grad.reshape(-1, grad.shape[-1])
         g_w = (flat.t() @ x.reshape(-1, x.shape[-1])).to(w_qkv.dtype)  # (5D, D)
         g_b = flat.sum(0).to(w_qkv.dtype) if b_qkv is not None else None
@@ -207,9 +209,9 @@ class DenoisingAttention(Attention):
     ``neg_scalers`` (alpha, one unconstrained scalar per head).
 
     Training path: one GEMM computes Q+, K, V+, -Q- and alpha*V- from the concatenated
-    weights (:class:`_DnAProjection`); each branch is one fused ``scaled_dot_product_attention`` call over the shared
-    K (the negated query turns softmin into softmax; alpha is folded into V-), and their
-    outputs are summed. Numerically this is the formula above; the explicit path
+    weights (:class:`_DnAProjection`); each branch is one fused
+    ``scaled_dot_product_attention`` call over the shared K (the negated query turns softmin
+    into softmax; alpha is folded into V-), and their outputs are summed. Numerically this is the formula above; the explicit path
     :meth:`forward_with_maps` writes it out term by term.
 
     Args:

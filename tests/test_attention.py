@@ -235,3 +235,15 @@ def test_training_keeps_no_attention_map_nor_fused_weight(kind):
     for shape in shapes:
         assert shape[-2:] != (length, length), shape
         assert shape != (5 * dim, dim), shape
+
+
+def test_dna_frozen_projections_still_pass_the_input_gradient():
+    attn = randomise(DenoisingAttention(16, 2), seed=8).double()
+    for p in attn.parameters():
+        p.requires_grad_(False)
+    x = torch.randn(2, 6, 16, dtype=torch.float64, requires_grad=True)
+    (attn(x) ** 2).sum().backward()
+    expected = x.detach().clone().requires_grad_()
+    (reference_dna(expected, attn) ** 2).sum().backward()
+    torch.testing.assert_close(x.grad, expected.grad)
+    assert all(p.grad is None for p in attn.parameters())
