@@ -27,7 +27,9 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Row", "Timing", "interleaved", "time_row", "rate_row", "peak_memory", "machine_description", "markdown_table"]
+__all__ = [
+    "Row", "Timing", "interleaved", "time_row", "rate_row", "peak_memory", "machine_description", "markdown_table",
+]
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,9 @@ def _inputs(g: Geometry, hf: bool) -> tuple[torch.Tensor, torch.Tensor]:
     return video, torch.randint(0, NUM_CLASSES, (g.batch,), generator=gen)
 
 
-def train_step(model: nn.Module, video: torch.Tensor, target: torch.Tensor, bf16: bool = False) -> Callable[[], None]:
+def train_step(
+    model: nn.Module, video: torch.Tensor, target: torch.Tensor, bf16: bool = False
+) -> Callable[[], None]:
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
 

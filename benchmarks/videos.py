@@ -77,7 +77,9 @@ def make_videos(root: str | os.PathLike, spec: VideoSpec, workers: int = 2) -> d
     written if absent (the manifest records the spec they were written with)."""
     folder = Path(root) / spec.name
     manifest = folder / "videos.json"
-    paths = {gop: [str(folder / f"gop{gop}" / f"video_{i:03d}.mp4") for i in range(spec.count)] for gop in spec.gops}
+    paths = {
+        gop: [str(folder / f"gop{gop}" / f"video_{i:03d}.mp4") for i in range(spec.count)] for gop in spec.gops
+    }
     if manifest.exists() and json.loads(manifest.read_text()) == json.loads(json.dumps(asdict(spec))):
         return paths
     for gop in spec.gops:

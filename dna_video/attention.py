@@ -195,7 +195,9 @@ class _DnAProjection(torch.autograd.Function):
             g_b[3 * d: 4 * d].neg_()
             g_b[4 * d:].mul_(alpha_rows)
             grads_b = (g_b[: 3 * d], g_b[3 * d: 4 * d], g_b[4 * d:])
-        return (grad_x, g_w[: 3 * d], grads_b[0], g_w[3 * d: 4 * d], grads_b[1], g_w[4 * d:], grads_b[2], g_alpha)
+        return (
+            grad_x, g_w[: 3 * d], grads_b[0], g_w[3 * d: 4 * d], grads_b[1], g_w[4 * d:], grads_b[2], g_alpha,
+        )
 
 
 class DenoisingAttention(Attention):
@@ -211,8 +213,8 @@ class DenoisingAttention(Attention):
     Training path: one GEMM computes Q+, K, V+, -Q- and alpha*V- from the concatenated
     weights (:class:`_DnAProjection`); each branch is one fused
     ``scaled_dot_product_attention`` call over the shared K (the negated query turns softmin
-    into softmax; alpha is folded into V-), and their outputs are summed. Numerically this is the formula above; the explicit path
-    :meth:`forward_with_maps` writes it out term by term.
+    into softmax; alpha is folded into V-), and their outputs are summed. Numerically this is
+    the formula above; the explicit path :meth:`forward_with_maps` writes it out term by term.
 
     Args:
         dim: token width D.
@@ -249,15 +251,17 @@ class DenoisingAttention(Attention):
         p = self._dropout_p()
         if self._explicit(x):
             # Both queries against the shared K in one batched matmul: (B, H, 2L, L) maps.
-            attn = torch.softmax(torch.cat([q_pos, q_neg], dim=2) @ (k.transpose(-2, -1) * self.scale), dim=-1)
+            queries = torch.cat([q_pos, q_neg], dim=2)
+            attn = torch.softmax(queries @ (k.transpose(-2, -1) * self.scale), dim=-1)
             a_pos, a_neg = F.dropout(attn, p).split(x.shape[1], dim=2)
             out = a_pos @ v_pos + a_neg @ v_neg
         else:
             # Two calls to the fused kernel sharing K rather than one call over 2H heads: one
             # call needs K repeated (a copy, and a reduction in backward) and a strided sum of
-            # the branch outputs, and measured 3-7% slower on CPU at every TimeSformer shape
-            # (see README, Performance). Both outputs come in the query's (B, L, H, d) memory
-            # order, so the sum is plain elementwise work and the rearrange below a view.
+            # the branch outputs, and measured slower on CPU at every TimeSformer shape, by
+            # up to 7% (see README, Performance). Both outputs come in the query's
+            # (B, L, H, d) memory order: the sum is plain elementwise work and the rearrange
+            # below a view.
             out = F.scaled_dot_product_attention(q_pos, k, v_pos, dropout_p=p)
             out = out + F.scaled_dot_product_attention(q_neg, k, v_neg, dropout_p=p)
         return self.proj_drop(self.proj(rearrange(out, "b h l d -> b l (h d)")))

@@ -58,7 +58,9 @@ class ThroughputMonitor(L.Callback):
         if pl_module.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(pl_module.device)
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self._step_start = time.perf_counter()
         self._wait += self._step_start - self._step_end
 
@@ -81,7 +83,11 @@ class ThroughputMonitor(L.Callback):
         rate, wait = self._clips / elapsed, self._wait / elapsed
         memory, what = peak_memory_gb(pl_module.device)
         pl_module.log_dict(
-            {"perf/epoch_train_clips_per_s": rate, "perf/data_wait_fraction": wait, "perf/peak_memory_gb": memory},
+            {
+                "perf/epoch_train_clips_per_s": rate,
+                "perf/data_wait_fraction": wait,
+                "perf/peak_memory_gb": memory,
+            },
             on_step=False, on_epoch=True,
         )
         if trainer.is_global_zero:

@@ -160,7 +160,9 @@ def _grads(module, x, out_grad, forward):
 @pytest.mark.parametrize("explicit_max_len", [0, 10**6], ids=["fused_kernel", "explicit"])
 @pytest.mark.parametrize("batch,length,dim,heads", SHAPES)
 @pytest.mark.parametrize("kind", ["dna", "softmax"])
-def test_training_path_gradients_equal_written_out(kind, batch, length, dim, heads, explicit_max_len, monkeypatch):
+def test_training_path_gradients_equal_written_out(
+    kind, batch, length, dim, heads, explicit_max_len, monkeypatch
+):
     """Both training paths (fused kernel; explicit batched matmuls for short sequences), with
     the DnA projection's hand-written backward: every gradient, alpha's included, equals
     autograd's through the term-by-term formula, in float64."""
