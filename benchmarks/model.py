@@ -8,7 +8,7 @@
   block, so per-block cost ratios are those of the full model.
 * Inference clips/s at the full ``base`` geometry (12 blocks), no grad, eval mode.
 * The quickstart geometry (``configs/quickstart.yaml``: D 64, 2 heads, 4 blocks, patch 8,
-  8 x 64 x 64, batch 16).
+  8 x 64 x 64, batch 8).
 * Speed features on our DnA model: bf16 autocast (what ``--trainer.precision bf16-mixed``
   does), activation checkpointing per block, and optionally ``torch.compile``.
 
@@ -52,7 +52,7 @@ class Geometry:
 
 REDUCED = Geometry(768, 2, 12, 16, 224, 8, 1)
 BASE = Geometry(768, 12, 12, 16, 224, 8, 1)
-QUICKSTART = Geometry(64, 4, 2, 8, 64, 8, 16)
+QUICKSTART = Geometry(64, 4, 2, 8, 64, 8, 8)
 
 
 def flop_ratio(g: Geometry) -> float:
