@@ -3,7 +3,8 @@
 * The DataModule's class count and clip geometry are linked to the model, so a config never
   states them twice.
 * Checkpoints: the best by a configurable metric (``checkpoint.*``) and ``last.ckpt`` after
-  every epoch; a rich progress bar; the full config saved beside each run's logs.
+  every epoch; a rich progress bar; the full config saved beside each run's logs; training
+  clips/s, data-wait share and peak memory logged every epoch (``perf/*``).
 * ``predict`` writes ``predictions.csv`` (one row per video) into the run folder.
 * ``fit --test_after_fit true`` tests the best checkpoint right after training, in the same
   process (the quickstart's one-command train-and-test).
@@ -24,6 +25,7 @@ from .data import listfile, ntu, smarthome, synthetic  # noqa: F401  (DataModule
 from .data.datamodule import VideoDataModule
 from .module import VideoClassifier
 from .predictions import PredictionWriter
+from .throughput import ThroughputMonitor
 
 
 class DnACLI(LightningCLI):
@@ -53,6 +55,7 @@ class DnACLI(LightningCLI):
         callbacks = [
             ModelCheckpoint(filename="last", monitor=None, save_top_k=1, enable_version_counter=False),
             PredictionWriter(),  # acts only in `predict`: one CSV row per video
+            ThroughputMonitor(),  # clips/s, data-wait share and peak memory per training epoch
         ]
         # A rich progress bar unless the config turns progress bars off (Lightning refuses both).
         config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config

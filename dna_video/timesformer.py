@@ -24,11 +24,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from einops import rearrange, reduce, repeat
-from timm.layers import DropPath, Mlp, resample_abs_pos_embed, trunc_normal_
+from timm.layers import DropPath, resample_abs_pos_embed, trunc_normal_
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from .attention import Attention, build_attention
+from .mlp import Mlp
 
 __all__ = ["TimeSformer", "DividedSpaceTimeBlock", "PRESETS", "timesformer"]
 

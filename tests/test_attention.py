@@ -148,3 +148,104 @@ def test_build_attention_selects_by_name_and_rejects_unknown():
         build_attention("flash", 32, 2)
     with pytest.raises(ValueError, match="not divisible"):
         build_attention("dna", 30, 4)
+
+
+def _grads(module, x, out_grad, forward):
+    module.zero_grad(set_to_none=True)
+    x = x.detach().requires_grad_()
+    forward(module, x).backward(out_grad)
+    return {"x": x.grad, **{name: p.grad for name, p in module.named_parameters()}}
+
+
+@pytest.mark.parametrize("explicit_max_len", [0, 10**6], ids=["fused_kernel", "explicit"])
+@pytest.mark.parametrize("batch,length,dim,heads", SHAPES)
+@pytest.mark.parametrize("kind", ["dna", "softmax"])
+def test_training_path_gradients_equal_written_out(
+    kind, batch, length, dim, heads, explicit_max_len, monkeypatch
+):
+    """Both training paths (fused kernel; explicit batched matmuls for short sequences), with
+    the DnA projection's hand-written backward: every gradient, alpha's included, equals
+    autograd's through the term-by-term formula, in float64."""
+    monkeypatch.setattr(ATTENTIONS[kind], "explicit_max_len", explicit_max_len)
+    attn = randomise(build_attention(kind, dim, heads), seed=5).double()
+    reference = reference_dna if kind == "dna" else reference_mhsa
+    x = torch.randn(batch, length, dim, dtype=torch.float64)
+    g = torch.randn(batch, length, dim, dtype=torch.float64)
+    ours = _grads(attn, x, g, lambda m, x: m(x))
+    expected = _grads(attn, x, g, lambda m, x: reference(x, m))
+    assert ours.keys() == expected.keys()
+    for name in ours:
+        torch.testing.assert_close(ours[name], expected[name], atol=1e-10, rtol=1e-10, msg=name)
+
+
+def test_dna_without_bias_equals_zero_bias_and_input_without_grad():
+    """qkv_bias=False equals zero biases, outputs and weight gradients; with an input that
+    needs no gradient (only parameters do) the backward skips the input's GEMM."""
+    no_bias = randomise(DenoisingAttention(24, 3, qkv_bias=False), seed=6).double()
+    zero_bias = DenoisingAttention(24, 3).double()
+    with torch.no_grad():
+        for name, p in zero_bias.named_parameters():
+            p.copy_(no_bias.state_dict()[name] if name in no_bias.state_dict() else torch.zeros_like(p))
+    x = torch.randn(2, 5, 24, dtype=torch.float64)
+    g = torch.randn(2, 5, 24, dtype=torch.float64)
+    for m in (no_bias, zero_bias):
+        m(x).backward(g)
+    torch.testing.assert_close(no_bias(x), zero_bias(x))
+    for name, p in no_bias.named_parameters():
+        torch.testing.assert_close(p.grad, zero_bias.get_parameter(name).grad, msg=name)
+
+
+def test_dna_bf16_autocast_matches_plain_autograd():
+    """Under bf16 autocast the hand-written backward runs its GEMMs in bf16 like autocast
+    would: gradients agree with the plain-autograd formula to bf16 precision, in float32."""
+    torch.manual_seed(0)
+    attn = randomise(DenoisingAttention(64, 4), seed=7)
+    x = torch.randn(2, 33, 64)
+    g = torch.randn(2, 33, 64)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours = _grads(attn, x, g, lambda m, x: m(x).float())
+    expected = _grads(attn, x, g, lambda m, x: reference_dna(x, m))
+    for name, grad in ours.items():
+        assert grad.dtype == torch.float32, name
+        scale = expected[name].abs().max()
+        assert (grad - expected[name]).abs().max() <= 0.05 * scale, name
+
+
+def _saved_shapes(module, x):
+    params = {p.data_ptr() for p in module.parameters()}
+    shapes = []
+
+    def pack(t):
+        if t.data_ptr() not in params:
+            shapes.append(tuple(t.shape))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        module(x)
+    return shapes
+
+
+@pytest.mark.parametrize("kind", ["dna", "softmax"])
+def test_training_keeps_no_attention_map_nor_fused_weight(kind):
+    """Past the short-sequence threshold nothing L x L is kept for backward, and DnA does not
+    keep its fused (5D x D) projection weight either."""
+    dim, heads, length = 32, 2, 40
+    assert length > ATTENTIONS[kind].explicit_max_len
+    x = torch.randn(3, length, dim, requires_grad=True)
+    shapes = _saved_shapes(build_attention(kind, dim, heads), x)
+    assert shapes, "nothing saved: the test would not see anything"
+    for shape in shapes:
+        assert shape[-2:] != (length, length), shape
+        assert shape != (5 * dim, dim), shape
+
+
+def test_dna_frozen_projections_still_pass_the_input_gradient():
+    attn = randomise(DenoisingAttention(16, 2), seed=8).double()
+    for p in attn.parameters():
+        p.requires_grad_(False)
+    x = torch.randn(2, 6, 16, dtype=torch.float64, requires_grad=True)
+    (attn(x) ** 2).sum().backward()
+    expected = x.detach().clone().requires_grad_()
+    (reference_dna(expected, attn) ** 2).sum().backward()
+    torch.testing.assert_close(x.grad, expected.grad)
+    assert all(p.grad is None for p in attn.parameters())

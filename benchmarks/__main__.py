@@ -1,0 +1,82 @@
+"""Run the benchmark suite and print one markdown table.
+
+    python -m benchmarks                      # everything (under 10 minutes on 2 CPU cores)
+    python -m benchmarks --sections attention model --rounds 9
+    python -m benchmarks --quick              # fewer rounds and clips, a smoke run
+    python -m benchmarks --compile            # also torch.compile (its first step compiles)
+    python -m benchmarks --output results.md  # also write the table to a file
+
+Run it from the repository root, so that this checkout's ``dna_video`` is the one measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import sys
+import time
+
+os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
+
+import torch
+
+from . import attention, data, model
+from .harness import machine_description, markdown_table
+
+SECTIONS = ("attention", "model", "data")
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per comparison (median)")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and clips: a smoke run")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--compile", action="store_true", help="also time torch.compile of the DnA model")
+    parser.add_argument("--cache", default=data.default_cache(), help="where generated benchmark videos are kept")
+    parser.add_argument("--output", default=None, help="also write the result (markdown) to this file")
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(level=logging.WARNING)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    command = "python -m benchmarks " + shlex.join(sys.argv[1:] if argv is None else argv)
+    header = machine_description()
+    start = time.perf_counter()
+    rows = []
+    for section in args.sections:
+        t0 = time.perf_counter()
+        if section == "attention":
+            rows += attention.run(rounds=args.rounds + 4, quick=args.quick)
+        elif section == "model":
+            rows += model.run(rounds=args.rounds, quick=args.quick, compile=args.compile)
+        elif section == "data":
+            rows += data.run(args.cache, rounds=max(2, args.rounds // 2), quick=args.quick)
+        # Progress, and the rows so far in case a later section fails.
+        print(f"[{section}: {time.perf_counter() - t0:.0f} s]\n{markdown_table(rows)}", file=sys.stderr, flush=True)
+    total = time.perf_counter() - start
+    text = "\n".join([
+        f"`{command}` ({total / 60:.1f} min)",
+        "",
+        f"Machine: {header} (at the end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())})",
+        "",
+        markdown_table(rows),
+        "",
+        "Ratio = ours / baseline of the values shown (medians of interleaved rounds, wall clock): "
+        "below 1 is better for ms and MiB, above 1 for clips/s. CPU-time ratio: the same calls "
+        "timed by this process's CPU time, which leaves out waiting for a core (steadier on a "
+        "shared machine; blank for the data rows, whose work is in worker processes). "
+        "Peak MiB: peak of live tensor memory during one call above what was live before it.",
+    ])
+    print(text)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text + "\n")
+    return text
+
+
+if __name__ == "__main__":
+    main()
