@@ -208,6 +208,13 @@ class VideoClassifier(L.LightningModule):
             self.net.head.train()
         return self
 
+    def on_train_epoch_start(self) -> None:
+        # Lightning does not call train() when fitting starts: it keeps each submodule's mode
+        # as it finds it (and restores that mode after validation), so the frozen backbone's
+        # eval mode is applied here, before every training epoch.
+        if self.freeze_backbone:
+            self.train()
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # The saved weights already hold the import: restoring (load_from_checkpoint, or
         # --ckpt_path, which re-applies these hyper-parameters) must not read init_from again,

@@ -51,16 +51,28 @@ def test_init_from_our_checkpoint_adapts_class_and_frame_count(source_ckpt):
 
 
 def test_freeze_backbone_trains_only_the_head_in_eval_mode():
-    model = VideoClassifier(num_classes=6, num_frames=4, img_size=32, freeze_backbone=True, **TINY)
+    model = VideoClassifier(num_classes=6, num_frames=4, img_size=32, freeze_backbone=True,
+                            **{**TINY, "drop_path_rate": 0.5, "head_dropout": 0.5})
     groups = model.configure_optimizers()["optimizer"].param_groups
     assert [g["name"] for g in groups] == ["head"]
     assert {id(p) for p in groups[0]["params"]} == {id(model.net.head.weight), id(model.net.head.bias)}
-    model.train()
-    assert model.net.head.training and not model.net.blocks[0].training and not model.net.training
     before = {k: v.clone() for k, v in model.net.state_dict().items()}
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
-    model.training_step({"video": torch.randn(2, 3, 4, 32, 32), "label": torch.tensor([0, 1])}, 0).backward()
-    optimizer.step()
+    # Modes as seen inside training_step of a real fit, with validation in between.
+    modes = []
+    step = model.training_step
+
+    def recording_step(batch, *args):
+        blocks_training = any(m.training for m in model.net.blocks.modules())
+        modes.append((model.net.head.training, model.net.head_drop.training, model.net.training, blocks_training))
+        return step(batch, *args)
+
+    model.training_step = recording_step
+    clips = [{"video": torch.randn(2, 3, 4, 32, 32), "label": torch.tensor([0, 1])} for _ in range(2)]
+    views = [{"video": torch.randn(2, 1, 3, 4, 32, 32), "label": torch.tensor([0, 1])}]
+    trainer = L.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    trainer.fit(model, DataLoader(clips, batch_size=None), DataLoader(views, batch_size=None))
+    assert modes == [(True, True, False, False)] * 4  # head trains, backbone (drop-path) in eval
     changed = {k for k, v in model.net.state_dict().items() if not torch.equal(v, before[k])}
     assert changed == {"head.weight", "head.bias"}
 
