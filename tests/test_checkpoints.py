@@ -367,8 +367,14 @@ def test_files_that_are_not_checkpoints_give_clear_errors(tmp_path):
     with pytest.raises(CheckpointError, match=r"meta\.pth: no state dict found; top-level keys \['cfg', 'epoch'\]"):
         read_checkpoint(no_tensors)
     other_model = save({"conv1.weight": torch.zeros(3, 3)}, tmp_path / "resnet.pth")
-    with pytest.raises(CheckpointError, match="not a TimeSformer, ViT, DnA or Hugging Face TimeSformer state dict"):
+    with pytest.raises(CheckpointError, match=r"resnet\.pth: not a TimeSformer, ViT, DnA or Hugging Face TimeSformer"):
         load_pretrained(ours(), other_model)
+    # A stem without blocks (e.g. a truncated export): a checkpoint error, not a crash.
+    stem = save({k: v for k, v in ours().state_dict().items() if not k.startswith("blocks.")}, tmp_path / "stem.pth")
+    with pytest.raises(CheckpointError, match="depth: 0 blocks in the checkpoint, 2 in the model"):
+        load_pretrained(ours(), stem)
+    with pytest.raises(CheckpointError, match="no blocks.N"):
+        timesformer_from_checkpoint(stem)
     (tmp_path / "empty_dir").mkdir()
     with pytest.raises(CheckpointError, match="not a Hugging Face save_pretrained folder"):
         read_checkpoint(tmp_path / "empty_dir")

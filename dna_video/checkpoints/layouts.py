@@ -275,7 +275,11 @@ def infer_geometry(
         raise CheckpointError("cannot infer the geometry: no patch_embed.proj.weight / cls_token")
     proj = state["patch_embed.proj.weight"]
     dim, in_chans, patch = proj.shape[0], proj.shape[1], proj.shape[-1]
-    depth = 1 + max(int(m.group(1)) for k in state if (m := re.match(r"blocks\.(\d+)\.", k)))
+    depth = 1 + max((int(m.group(1)) for k in state if (m := re.match(r"blocks\.(\d+)\.", k))), default=-1)
+    if depth == 0:
+        raise CheckpointError(
+            "cannot infer the geometry: no blocks.N.* tensors (a truncated file, or not a ViT/TimeSformer)"
+        )
     kwargs: dict[str, Any] = dict(embed_dim=dim, depth=depth, patch_size=patch, in_chans=in_chans)
     if "blocks.0.mlp.fc1.weight" in state:
         kwargs["mlp_ratio"] = state["blocks.0.mlp.fc1.weight"].shape[0] / dim

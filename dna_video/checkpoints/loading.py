@@ -38,7 +38,7 @@ from ..attention import DenoisingAttention
 from ..timesformer import TimeSformer
 from .dna_init import DNA_INIT_POLICIES, init_negative_branch
 from .io import CheckpointError, RawCheckpoint, read_checkpoint, unwrap_state_dict
-from .layouts import LAYOUT_NAMES, detect_layout, infer_geometry, known_num_heads, to_official
+from .layouts import LAYOUT_NAMES, _square, detect_layout, infer_geometry, known_num_heads, to_official
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +137,14 @@ def _as_raw(source: Any, weights_only: bool | None) -> RawCheckpoint:
     return RawCheckpoint("<in-memory state dict>", "state dict", unwrap_state_dict(source, notes), notes=notes)
 
 
+def _layout(raw: RawCheckpoint) -> str:
+    """:func:`.layouts.detect_layout`, its error naming the file."""
+    try:
+        return detect_layout(raw.state_dict)
+    except CheckpointError as e:
+        raise CheckpointError(f"{raw.path}: {e}") from None
+
+
 def _geometry_hint(state: dict[str, Tensor], raw: RawCheckpoint, model: TimeSformer) -> str:
     try:
         geometry = infer_geometry(state, raw.hf_config, raw.hparams)
@@ -153,7 +161,9 @@ def _geometry_hint(state: dict[str, Tensor], raw: RawCheckpoint, model: TimeSfor
 def _grid_of(pos_embed: Tensor, raw: RawCheckpoint) -> tuple[int, int]:
     n = pos_embed.shape[1] - 1
     if raw.hf_config is not None:
-        side = int(raw.hf_config.get("image_size", 224)) // int(raw.hf_config.get("patch_size", 16))
+        side = _square(raw.hf_config.get("image_size", 224), "image_size") // _square(
+            raw.hf_config.get("patch_size", 16), "patch_size"
+        )
         if side * side == n:
             return side, side
     side = math.isqrt(n)
@@ -205,8 +215,10 @@ def load_pretrained(
     """
     if dna_init not in DNA_INIT_POLICIES:
         raise ValueError(f"unknown dna_init {dna_init!r}; choose one of {list(DNA_INIT_POLICIES)}")
+    if time_interpolation not in ("linear", "nearest"):
+        raise ValueError(f"unknown time_interpolation {time_interpolation!r}; choose linear or nearest")
     raw = _as_raw(source, weights_only)
-    layout = detect_layout(raw.state_dict)
+    layout = _layout(raw)
     state, converted, unknown = to_official(raw.state_dict, layout)
     report = LoadReport(raw.path, raw.container, layout, _describe(model), notes=list(raw.notes))
     report.unused.update({k: "no official TimeSformer name" for k in unknown})
@@ -360,7 +372,7 @@ def timesformer_from_checkpoint(
     initialised); ``load_kwargs`` go to :func:`load_pretrained`.
     """
     raw = read_checkpoint(source, weights_only=weights_only)
-    state, _, _ = to_official(raw.state_dict, detect_layout(raw.state_dict))
+    state, _, _ = to_official(raw.state_dict, _layout(raw))
     kwargs = {**infer_geometry(state, raw.hf_config, raw.hparams), **overrides}
     if "num_heads" not in kwargs:
         raise CheckpointError(
