@@ -233,3 +233,6 @@ def test_list_file_datamodule(smarthome_tree, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"2 of 3 videos are missing: .*nowhere/a.mp4"):
         VideoListDataModule(str(root), str(classes), str(tmp_path / "gone.txt"), str(tmp_path / "test.txt"),
                             **SMALL).setup("fit")
+    # A class-names path that exists nowhere: the error names the user's path first.
+    with pytest.raises(FileNotFoundError, match=r"class names file my_data/classes.txt not found \(looked for /"):
+        VideoListDataModule(str(root), "my_data/classes.txt", None, str(tmp_path / "test.txt"), **SMALL)

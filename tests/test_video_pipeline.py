@@ -25,6 +25,9 @@ def test_clip_indices_adapt_the_stride_to_the_file_fps():
     assert s.view_indices(100, 30.0, 1).tolist() == [[46, 48, 50, 52]]
     # Three clips from the first to the last possible start (0, 46, 92).
     assert s.view_indices(100, 30.0, 3).tolist() == [[0, 2, 4, 6], [46, 48, 50, 52], [92, 94, 96, 98]]
+    # A file without a usable frame rate (NaN, 0, None): the stride counts the file's frames.
+    for fps in (float("nan"), 0.0, None):
+        assert s.view_indices(100, fps, 1).tolist() == [[46, 48, 50, 52]]
 
 
 def test_short_videos_clamp_or_loop():

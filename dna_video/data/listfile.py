@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .datamodule import VideoDataModule
 from .dataset import VideoRecord
-from .protocols import read_class_names
+from .protocols import DATA_DIR, read_class_names
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,15 @@ class VideoListDataModule(VideoDataModule):
             raise ValueError("give val_list or test_list (or both): one is needed to evaluate")
         self.classes_file = classes
         # A path of its own, or a class list of the repository's data/ folder.
-        self._class_names = read_class_names(Path(classes).resolve() if Path(classes).is_file() else classes)
+        if Path(classes).is_file():
+            self._class_names = read_class_names(Path(classes).resolve())
+        elif (DATA_DIR / classes).is_file():
+            self._class_names = read_class_names(classes)
+        else:
+            raise FileNotFoundError(
+                f"class names file {classes} not found (looked for {Path(classes).resolve()} and "
+                f"{DATA_DIR / classes}): set data.init_args.classes to a file with one class name a line"
+            )
         self.lists = {"train": train_list, "val": val_list or test_list, "test": test_list or val_list}
         if val_list is None or test_list is None:
             log.info("list files: %s", "validating on the test list" if val_list is None else "testing on the val list")

@@ -9,6 +9,7 @@ the video is decoded once, and handle short videos by clamping or looping.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -48,7 +49,7 @@ class FrameSampler:
 
     def stride(self, fps: float) -> float:
         """Distance between sampled frames, in the file's own frames."""
-        if self.target_fps is None or not fps or fps <= 0:
+        if self.target_fps is None or fps is None or not math.isfinite(fps) or fps <= 0:  # unknown rate: count frames
             return float(self.sampling_rate)
         return self.sampling_rate * fps / self.target_fps
 
