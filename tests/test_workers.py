@@ -36,3 +36,49 @@ def test_workers_decode_with_fork_and_spawn_and_persist_across_epochs(smarthome_
     if context == "fork":  # (a spawned worker imports torch again: one is enough for the test)
         val = next(iter(dm.val_dataloader()))
         assert val["video"].shape[1:] == (1, 3, 4, 32, 32) and labels_match(dm, val)
+
+
+def test_a_hanging_decoder_stops_the_run_with_the_timeout(smarthome_tree, monkeypatch):
+    root, _ = smarthome_tree
+    import time
+
+    import dna_video.data.dataset as dataset_module
+
+    def hang(*args, **kwargs):
+        time.sleep(60)
+
+    # Forked workers inherit the patched decoder: every read hangs.
+    monkeypatch.setattr(dataset_module, "read_frames", hang)
+    dm = ToyotaSmarthome(str(root), protocol="cs", num_workers=1, batch_size=2, num_frames=2, sampling_rate=2,
+                         train_short_side=(32, 40), crop_size=32, multiprocessing_context="fork", timeout=1.0)
+    dm.setup("fit")
+    start = time.perf_counter()
+    with pytest.raises(RuntimeError, match="DataLoader timed out after 1"):
+        next(iter(dm.train_dataloader()))
+    assert time.perf_counter() - start < 30
+
+
+def test_evaluation_across_processes_sees_every_video_once(smarthome_tree, monkeypatch):
+    """Under DDP, val/test loaders shard the videos without the padding repeats of
+    Lightning's default sampler (which would count videos twice in the metrics)."""
+    from torch.utils.data import DistributedSampler
+
+    import dna_video.data.datamodule as datamodule
+
+    root, _ = smarthome_tree
+    dm = ToyotaSmarthome(str(root), protocol="cs", num_workers=0, batch_size=2, num_frames=2, sampling_rate=2,
+                         train_short_side=(32, 40), crop_size=32)
+    dm.setup("test")
+    n = len(dm.datasets["test"])
+    assert dm.test_dataloader().sampler.__class__.__name__ == "SequentialSampler"  # one process
+    world = 3
+    assert n % world  # the case where padding would repeat videos
+    monkeypatch.setattr(datamodule.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(datamodule.dist, "get_world_size", lambda: world)
+    shards = []
+    for rank in range(world):
+        monkeypatch.setattr(datamodule.dist, "get_rank", lambda rank=rank: rank)
+        sampler = dm.test_dataloader().sampler
+        assert isinstance(sampler, DistributedSampler)  # so Lightning keeps it
+        shards.append(list(sampler))
+    assert sorted(i for shard in shards for i in shard) == list(range(n))

@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import lightning as L
-from torch.utils.data import DataLoader
+import torch.distributed as dist
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+from torch.utils.data import DataLoader, Sampler
 
 from .dataset import VideoClipDataset, VideoRecord, collate_videos
 from .sampling import FrameSampler
@@ -111,6 +113,17 @@ def _examples(paths: Sequence[str], k: int = 3) -> str:
     return shown + (f" (+{len(paths) - k} more)" if len(paths) > k else "")
 
 
+def _evaluation_sampler(dataset) -> Sampler | None:
+    """Across several processes, every video exactly once: Lightning's default distributed
+    sampler pads the last ranks with repeated videos, which would count them twice in the
+    per-video metrics. None (a plain sequential order) in a single process."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return None
+    return UnrepeatedDistributedSampler(
+        dataset, num_replicas=dist.get_world_size(), rank=dist.get_rank(), shuffle=False
+    )
+
+
 class VideoDataModule(L.LightningDataModule):
     """Clip sampling, transforms and loaders shared by every video dataset.
 
@@ -139,6 +152,9 @@ class VideoDataModule(L.LightningDataModule):
         multiprocessing_context: ``fork``, ``spawn`` or ``forkserver`` (None: platform default).
         skip_missing: leave out videos of a split whose file does not exist (counted in the
             log) instead of stopping with an error that names them.
+        timeout: seconds a worker may take to deliver a batch before the run stops with an
+            error (0: wait forever). A guard against a file that hangs the decoder; only with
+            ``num_workers > 0``.
     """
 
     def __init__(
@@ -165,6 +181,7 @@ class VideoDataModule(L.LightningDataModule):
         persistent_workers: bool = False,
         multiprocessing_context: str | None = None,
         skip_missing: bool = False,
+        timeout: float = 0.0,
     ) -> None:
         super().__init__()
         self.root = root
@@ -182,6 +199,7 @@ class VideoDataModule(L.LightningDataModule):
         self.persistent_workers = persistent_workers and num_workers > 0
         self.multiprocessing_context = multiprocessing_context if num_workers > 0 else None
         self.skip_missing = skip_missing
+        self.timeout = timeout if num_workers > 0 else 0.0
         self.datasets: dict[str, VideoClipDataset] = {}
         self.summaries: dict[str, SplitSummary] = {}
 
@@ -272,16 +290,20 @@ class VideoDataModule(L.LightningDataModule):
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         if split not in self.datasets:
             raise RuntimeError(f"split {split!r} is not set up; call setup() first")
+        dataset = self.datasets[split]
+        sampler = None if shuffle else _evaluation_sampler(dataset)
         return DataLoader(
-            self.datasets[split],
+            dataset,
             batch_size=self.batch_size,
             shuffle=shuffle,
-            drop_last=shuffle and len(self.datasets[split]) > self.batch_size,
+            sampler=sampler,
+            drop_last=shuffle and len(dataset) > self.batch_size,
             num_workers=self.num_workers,
             collate_fn=collate_videos,
             pin_memory=self.pin_memory,
             persistent_workers=self.persistent_workers,
             multiprocessing_context=self.multiprocessing_context,
+            timeout=self.timeout,
         )
 
     def train_dataloader(self) -> DataLoader:
