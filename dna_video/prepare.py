@@ -17,6 +17,9 @@
   1080p frames. Files run in parallel (``--workers``); finished files are skipped, so an
   interrupted run resumes (each file is written under a temporary name and renamed when
   complete).
+* Every file is handled in a process of its own (``--workers`` at a time): a file that
+  hangs the decoder past ``--timeout`` seconds, or crashes it, is killed and reported as
+  ``unreadable`` (or a failed transcode) by name, and the run goes on.
 
 The exit status is 1 when a video is unreadable or a transcode failed, else 0; ``--report
 FILE`` writes every file's outcome as JSON.
@@ -27,11 +30,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing as mp
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing.connection import wait
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -138,23 +143,71 @@ def transcode_file(src: str, dst: str, short_side: int | None, gop: int, crf: in
             "error": "source damaged: kept the frames before the damage" if damaged else ""}
 
 
-def _run_parallel(fn, jobs: list[tuple], workers: int, description: str) -> list[dict]:
+def _child(fn: Callable[..., dict], job: tuple, conn) -> None:
+    conn.send(fn(*job))
+    conn.close()
+
+
+def _validate_failure(job: tuple, error: str) -> dict:
+    return {"path": job[0], "status": "unreadable", "reported": 0, "decodable": 0, "error": error}
+
+
+def _transcode_failure(job: tuple, error: str) -> dict:
+    partial = job[1] + ".partial"
+    if os.path.exists(partial):
+        os.remove(partial)
+    return {"path": job[0], "output": job[1], "status": "failed", "frames": 0, "error": error}
+
+
+def _run_parallel(
+    fn: Callable[..., dict], jobs: list[tuple], workers: int, description: str, timeout: float,
+    failure: Callable[[tuple, str], dict],
+) -> list[dict]:
+    """``fn(*job)`` for every job, each in a process of its own, at most ``workers`` at once.
+
+    Why a process per file rather than a pool: some files hang the decoder inside C code
+    (nothing in Python can interrupt it) or crash it; a pool would stall or break on them.
+    A job still running after ``timeout`` seconds is killed, and a process that dies
+    without an answer is reported too, as ``failure(job, why)``, naming the file.
+    """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    results = []
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    results: list[dict] = []
+    pending = list(jobs)
+    running: dict = {}  # connection -> (process, job, start time)
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()]
     with Progress(*columns, transient=False) as progress:
         task = progress.add_task(description, total=len(jobs))
-        if workers <= 1:
-            for job in jobs:
-                results.append(fn(*job))
-                progress.advance(task)
-        else:
-            with ProcessPoolExecutor(workers) as pool:
-                futures = [pool.submit(fn, *job) for job in jobs]
-                for future in as_completed(futures):
-                    results.append(future.result())
-                    progress.advance(task)
+
+        def finish(conn, result: dict) -> None:
+            process, _, _ = running.pop(conn)
+            process.join()
+            conn.close()
+            results.append(result)
+            progress.advance(task)
+
+        while pending or running:
+            while pending and len(running) < max(1, workers):
+                job = pending.pop(0)
+                receive, send = ctx.Pipe(duplex=False)
+                process = ctx.Process(target=_child, args=(fn, job, send), daemon=True)
+                process.start()
+                send.close()  # the child holds the sending end: EOF when it dies
+                running[receive] = (process, job, time.monotonic())
+            for conn in wait(list(running), timeout=0.2):
+                process, job, _ = running[conn]
+                try:
+                    result = conn.recv()
+                except EOFError:
+                    process.join()
+                    result = failure(job, f"the decoder crashed (process exit code {process.exitcode})")
+                finish(conn, result)
+            now = time.monotonic()
+            for conn, (process, job, started) in list(running.items()):
+                if now - started > timeout:
+                    process.kill()
+                    finish(conn, failure(job, f"still decoding after {timeout:g} s (the decoder hangs on it): killed"))
     return sorted(results, key=lambda r: r["path"])
 
 
@@ -197,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crf", type=int, default=23, help="x264 quality of the copies (lower is better)")
     parser.add_argument("--preset", default="veryfast", help="x264 preset of the copies")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="parallel processes")
+    parser.add_argument("--timeout", type=float, default=600.0,
+                        help="seconds one file may take before it is killed and reported (hanging decoders)")
     parser.add_argument("--exclude-file", help="NTU: sample names to leave out (e.g. missing skeletons)")
     parser.add_argument("--report", help="write every file's outcome to this JSON file")
     args = parser.parse_args(argv)
@@ -222,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--transcode needs another folder than the root")
         jobs = [(str(f), str(output_path(f, root, out_root)), args.short_side or None, args.gop, args.crf,
                  args.preset) for f in files]
-        results = _run_parallel(transcode_file, jobs, args.workers, "transcoding")
+        results = _run_parallel(transcode_file, jobs, args.workers, "transcoding", args.timeout, _transcode_failure)
         counts = _summary(results)
         console.print(f"transcoded to {out_root}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
         for r in results:
@@ -236,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         report["output_protocols"] = out_reports
 
     if args.validate:
-        results = _run_parallel(validate_file, [(f,) for f in to_validate], args.workers, "validating")
+        results = _run_parallel(validate_file, [(f,) for f in to_validate], args.workers, "validating", args.timeout,
+                                _validate_failure)
         counts = _summary(results)
         console.print("validated: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
         for r in results:

@@ -91,3 +91,33 @@ def test_transcode_in_parallel_resumes_and_the_copy_loads(ntu_tree, tmp_path):
     after = {p: p.stat().st_mtime_ns for p in out.rglob("*.mp4")}
     assert all(after[p] == t for p, t in before.items() if p != redo)
     assert not list(out.rglob("*.partial")) and probe_video(str(redo))[0] == 12
+
+
+def test_a_file_that_hangs_or_crashes_the_decoder_is_named_and_the_run_goes_on(tmp_path, monkeypatch):
+    import time
+
+    import dna_video.prepare as prepare
+
+    names = ["S001C001P001R001A001_rgb.avi", "S001C001P001R001A002_rgb.avi", "S001C001P001R001A003_rgb.avi",
+             "S001C001P001R001A004_rgb.avi"]
+    for i, name in enumerate(names):
+        write_avi(tmp_path / name, clip_frames(i, n=8))
+    real = prepare.validate_file
+
+    def decoder_with_bad_files(path):
+        # Stand-ins for decord stuck in C code and for a segfault: no Python exception.
+        if path.endswith("A002_rgb.avi"):
+            time.sleep(120)
+        if path.endswith("A003_rgb.avi"):
+            os._exit(139)
+        return real(path)
+
+    monkeypatch.setattr(prepare, "validate_file", decoder_with_bad_files)  # inherited by the forked children
+    report = tmp_path / "report.json"
+    start = time.perf_counter()
+    assert main(["ntu60", str(tmp_path), "--validate", "--workers", "2", "--timeout", "3", "--report", str(report)]) == 1
+    assert time.perf_counter() - start < 60
+    outcome = {os.path.basename(r["path"]): r for r in json.loads(report.read_text())["validate"]}
+    assert [outcome[n]["status"] for n in names] == ["ok", "unreadable", "unreadable", "ok"]
+    assert "still decoding after 3 s" in outcome[names[1]]["error"]
+    assert "crashed (process exit code 139)" in outcome[names[2]]["error"]

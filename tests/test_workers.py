@@ -1,6 +1,7 @@
 """DataLoader workers: decoding in forked and spawned worker processes, persistent workers
 kept across epochs, labels intact."""
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -38,24 +39,31 @@ def test_workers_decode_with_fork_and_spawn_and_persist_across_epochs(smarthome_
         assert val["video"].shape[1:] == (1, 3, 4, 32, 32) and labels_match(dm, val)
 
 
-def test_a_hanging_decoder_stops_the_run_with_the_timeout(smarthome_tree, monkeypatch):
+def test_a_hanging_decoder_stops_the_run_with_the_timeout(smarthome_tree, monkeypatch, capfd, request):
     root, _ = smarthome_tree
     import time
 
     import dna_video.data.dataset as dataset_module
 
     def hang(*args, **kwargs):
-        time.sleep(60)
+        time.sleep(6)  # longer than the timeout; short, so the worker exits soon after
 
-    # Forked workers inherit the patched decoder: every read hangs.
+    # Forked workers inherit the patched decoder (every read hangs) and a console handler,
+    # as the CLI sets up.
     monkeypatch.setattr(dataset_module, "read_frames", hang)
+    console = logging.StreamHandler()
+    logging.getLogger("dna_video").addHandler(console)
+    request.addfinalizer(lambda: logging.getLogger("dna_video").removeHandler(console))
     dm = ToyotaSmarthome(str(root), protocol="cs", num_workers=1, batch_size=2, num_frames=2, sampling_rate=2,
-                         train_short_side=(32, 40), crop_size=32, multiprocessing_context="fork", timeout=1.0)
+                         train_short_side=(32, 40), crop_size=32, multiprocessing_context="fork", timeout=2.0)
     dm.setup("fit")
     start = time.perf_counter()
-    with pytest.raises(RuntimeError, match="DataLoader timed out after 1"):
+    with pytest.raises(RuntimeError, match="DataLoader timed out after 2"):
         next(iter(dm.train_dataloader()))
     assert time.perf_counter() - start < 30
+    # Before that, the worker named the file it was stuck on (at half the timeout).
+    stuck = [line for line in capfd.readouterr().err.splitlines() if "still decoding" in line]
+    assert stuck and any(str(root) in line and ".mp4 after 1 s" in line for line in stuck)
 
 
 def test_evaluation_across_processes_sees_every_video_once(smarthome_tree, monkeypatch):

@@ -154,7 +154,8 @@ class VideoDataModule(L.LightningDataModule):
             log) instead of stopping with an error that names them.
         timeout: seconds a worker may take to deliver a batch before the run stops with an
             error (0: wait forever). A guard against a file that hangs the decoder; only with
-            ``num_workers > 0``.
+            ``num_workers > 0``. A decode still running after half of it is logged with the
+            file's path.
     """
 
     def __init__(
@@ -231,10 +232,12 @@ class VideoDataModule(L.LightningDataModule):
     def make_dataset(self, split: str, records: Sequence[VideoRecord]) -> VideoClipDataset:
         if split == "train":
             transform = TrainClipTransform(self.train_short_side, self.crop_size, self.hflip, self.mean, self.std)
-            return VideoClipDataset(records, self.sampler, transform, train=True, max_retries=self.max_retries)
+            return VideoClipDataset(records, self.sampler, transform, train=True, max_retries=self.max_retries,
+                                    slow_decode_warning=self.timeout / 2)
         clips, crops = self.views[split]
         transform = EvalClipTransform(self.crop_size, crops, self.mean, self.std)
-        return VideoClipDataset(records, self.sampler, transform, train=False, num_clips=clips)
+        return VideoClipDataset(records, self.sampler, transform, train=False, num_clips=clips,
+                                slow_decode_warning=self.timeout / 2)
 
     def setup(self, stage: str | None = None) -> None:
         wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}

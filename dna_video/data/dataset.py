@@ -18,7 +18,9 @@ twice, so the sample is dropped by :func:`collate_videos` and counted instead.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +55,9 @@ class VideoClipDataset(Dataset):
         train: random clip (training) or ``num_clips`` evenly spaced clips (evaluation).
         num_clips: temporal views per video in evaluation.
         max_retries: in training, how many other records to try when a file fails.
+        slow_decode_warning: seconds after which a decode still running is logged with its
+            path (0: never). A decoder stuck inside C code cannot be interrupted, but this
+            names the file before the DataLoader's timeout stops the run.
     """
 
     def __init__(
@@ -63,6 +68,7 @@ class VideoClipDataset(Dataset):
         train: bool,
         num_clips: int = 1,
         max_retries: int = 10,
+        slow_decode_warning: float = 0.0,
     ) -> None:
         self.records = list(records)
         self.sampler = sampler
@@ -70,6 +76,7 @@ class VideoClipDataset(Dataset):
         self.train = train
         self.num_clips = num_clips
         self.max_retries = max_retries
+        self.slow_decode_warning = slow_decode_warning
 
     def __len__(self) -> int:
         return len(self.records)
@@ -79,15 +86,37 @@ class VideoClipDataset(Dataset):
         # seed_everything(workers=True) makes reproducible).
         return np.random.default_rng(int(torch.randint(0, 2**62, ()).item()))
 
+    @contextmanager
+    def _watch(self, path: str):
+        """Log ``path`` if decoding it outlasts ``slow_decode_warning`` (a timer thread: it
+        runs while decord's ctypes calls hold no GIL)."""
+        if self.slow_decode_warning <= 0:
+            yield
+            return
+        timer = threading.Timer(
+            self.slow_decode_warning, log.warning,
+            ("still decoding %s after %g s: the decoder may hang on this file (transcode or "
+             "remove it; python -m dna_video.prepare ... --validate checks every file)", path,
+             self.slow_decode_warning),
+        )
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+
     def load(self, index: int, rng: np.random.Generator | None = None) -> torch.Tensor:
         """Decode and transform the clip(s) of record ``index``."""
         record = self.records[index]
         if self.train:
             rng = rng or self._rng()
-            decoded = read_frames(record.path, lambda n, fps: self.sampler.train_indices(n, fps, rng))
+            with self._watch(record.path):
+                decoded = read_frames(record.path, lambda n, fps: self.sampler.train_indices(n, fps, rng))
             frames = torch.from_numpy(decoded.frames)
             return self.transform(rearrange(frames, "t h w c -> t c h w"))
-        decoded = read_frames(record.path, lambda n, fps: self.sampler.view_indices(n, fps, self.num_clips))
+        with self._watch(record.path):
+            decoded = read_frames(record.path, lambda n, fps: self.sampler.view_indices(n, fps, self.num_clips))
         clips = rearrange(torch.from_numpy(decoded.frames), "(k t) h w c -> k t c h w", k=self.num_clips)
         # (clips, crops, C, T, h, w) -> views ordered clip-major.
         views = torch.stack([self.transform(clip) for clip in clips])
