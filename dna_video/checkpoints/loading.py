@@ -61,8 +61,10 @@ _BLOCK = re.compile(r"^blocks\.(\d+)\.")
 
 @dataclass
 class LoadReport:
-    """What an import did to every tensor. Keys are the model's names except in ``unused``
-    (the checkpoint's names). Values say why."""
+    """What an import did to every tensor. Keys are official TimeSformer names (this
+    model's), also in ``unused`` for tensors that have one (e.g. a Hugging Face
+    ``classifier.weight`` dropped for another class count shows as ``head.weight``); a
+    checkpoint tensor with no official name is listed under its own name. Values say why."""
 
     source: str
     container: str
