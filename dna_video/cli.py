@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 # jsonargparse >= 4.49 makes lightning's CLI print deprecation warnings; set before import.
 os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
+from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -62,6 +64,19 @@ class DnACLI(LightningCLI):
         if config.trainer.get("enable_progress_bar") is not False:
             callbacks.append(RichProgressBar())
         self.trainer_defaults = {**self.trainer_defaults, "callbacks": callbacks}
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        extra = [self._get(self.config_init, c) for c in self._parser(self.subcommand).callback_keys]
+        config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+        if config.get("enable_checkpointing") is False:
+            # Checkpointing off (Lightning refuses ModelCheckpoint callbacks then): drop ours,
+            # `checkpoint.*` and last.ckpt alike.
+            extra = [c for c in extra if not isinstance(c, ModelCheckpoint)]
+            defaults = self.trainer_defaults.get("callbacks", [])
+            self.trainer_defaults = {
+                **self.trainer_defaults, "callbacks": [c for c in defaults if not isinstance(c, ModelCheckpoint)]
+            }
+        return self._instantiate_trainer(config, extra)
 
     def after_fit(self) -> None:
         if self.config[self.subcommand].get("test_after_fit"):

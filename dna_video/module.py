@@ -88,6 +88,7 @@ class VideoClassifier(L.LightningModule):
         optimizer: optimiser; default the paper's SGD (lr 0.005, momentum 0.9, wd 1e-4).
         lr_scheduler: LR schedule; default MultiStepLR x0.1 at epochs 11 and 14. null: none.
         lr_scheduler_interval: step the schedule every ``epoch`` or every ``step``.
+        lr_scheduler_monitor: the metric a ``ReduceLROnPlateau`` schedule follows.
         warmup_steps: linear LR warm-up over this many optimiser steps, on top of the schedule.
         view_aggregation: how the test views of a video are combined: ``sum``, ``mean``, ``max``.
         aggregate: combine view ``logits`` or softmax ``probs``.
@@ -129,6 +130,7 @@ class VideoClassifier(L.LightningModule):
         optimizer: OptimizerCallable = PAPER_OPTIMIZER,  # type: ignore[assignment]
         lr_scheduler: LRSchedulerCallable | None = PAPER_LR_SCHEDULER,  # type: ignore[assignment]
         lr_scheduler_interval: Literal["epoch", "step"] = "epoch",
+        lr_scheduler_monitor: str = "val/loss",
         warmup_steps: int = 0,
         view_aggregation: Literal["sum", "mean", "max"] = "sum",
         aggregate: Literal["logits", "probs"] = "logits",
@@ -171,6 +173,7 @@ class VideoClassifier(L.LightningModule):
         self.optimizer = _as_callable(optimizer)
         self.lr_scheduler = _as_callable(lr_scheduler)
         self.lr_scheduler_interval = lr_scheduler_interval
+        self.lr_scheduler_monitor = lr_scheduler_monitor
         self.warmup_steps = warmup_steps
         self.view_aggregation = view_aggregation
         self.aggregate = aggregate
@@ -328,7 +331,10 @@ class VideoClassifier(L.LightningModule):
         if self.lr_scheduler is None:
             return optimizer
         scheduler = self.lr_scheduler(optimizer)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": self.lr_scheduler_interval}}
+        config = {"scheduler": scheduler, "interval": self.lr_scheduler_interval}
+        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            config["monitor"] = self.lr_scheduler_monitor
+        return {"optimizer": optimizer, "lr_scheduler": config}
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
         # Warm-up scales the learning rate only for the step itself and restores it after,

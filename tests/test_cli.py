@@ -97,3 +97,20 @@ def test_help_documents_model_and_data_options(capsys):
         main(["fit", "--data=dna_video.data.SyntheticSmarthome", "--data.help", "dna_video.data.SyntheticSmarthome"])
     text = capsys.readouterr().out
     assert "--data.sampling_rate" in text and "interval between sampled frames" in text
+
+
+def test_checkpointing_off_and_a_plateau_schedule(synthetic_root, tmp_path):
+    cli = main(["fit", *cli_args(synthetic_root, tmp_path, "--trainer.enable_checkpointing=false",
+                                 "--trainer.max_epochs=2", "--trainer.limit_train_batches=1",
+                                 "--trainer.limit_val_batches=1", "--test_after_fit=false",
+                                 "--model.lr_scheduler=torch.optim.lr_scheduler.ReduceLROnPlateau",
+                                 "--model.lr_scheduler.init_args.patience=0",
+                                 "--model.lr_scheduler.init_args.factor=0.5",
+                                 "--model.warmup_steps=0")])
+    assert cli.trainer.checkpoint_callback is None
+    assert not list((tmp_path / "smoke" / "version_0").rglob("*.ckpt"))
+    scheduler = cli.trainer.lr_scheduler_configs[0]
+    assert scheduler.monitor == "val/loss"
+    # Stepped on val/loss after each validation: its best value is the one it saw.
+    assert scheduler.scheduler.best == pytest.approx(min(float(r["val/loss"]) for r in read_metrics(tmp_path, "version_0")
+                                                         if r.get("val/loss")))
