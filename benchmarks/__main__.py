@@ -12,6 +12,7 @@ Run it from the repository root, so that this checkout's ``dna_video`` is the on
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import shlex
@@ -40,6 +41,9 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--output", default=None, help="also write the result (markdown) to this file")
     args = parser.parse_args(argv)
 
+    if "model" in args.sections and importlib.util.find_spec("transformers") is None:
+        parser.error("the model section compares with Hugging Face's TimeSformer: pip install -e '.[bench]' "
+                     "(or leave it out: --sections attention data)")
     logging.basicConfig(level=logging.WARNING)
     if args.threads:
         torch.set_num_threads(args.threads)

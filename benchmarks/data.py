@@ -14,9 +14,10 @@ Same files, same sampling, same transforms, same loader settings on both sides:
 
 Ours is the toolkit's ``VideoDataModule``: the sampler picks 8 frame indices and decord
 decodes only those (seeking from the nearest keyframe). pytorchvideo's
-``LabeledVideoDataset`` with its PyAV decoder and a ``random`` clip sampler of 256/30 s
-decodes every frame of the 8.5 s window, then keeps 8 evenly spaced ones (its
-``UniformTemporalSubsample``, reproduced here since its transforms module cannot import).
+``LabeledVideoDataset`` with its PyAV decoder and a ``random`` clip sampler of 225/30 s
+(the span of 8 frames 32 apart) decodes every frame of that 7.5 s window, then keeps 8
+evenly spaced ones, 32 apart as ours (its ``UniformTemporalSubsample``, reproduced here
+since its transforms module cannot import).
 
 Then the toolkit alone, end to end, on NTU RGB+D's format: 1920 x 1080 MPEG-4 AVI files
 (written by ``benchmarks/decode_speed.py``, which times the decoding alone) against the same
@@ -98,7 +99,8 @@ def _pytorchvideo(records: list[VideoRecord]):
     def epoch() -> int:
         dataset = LabeledVideoDataset(
             [(r.path, {"label": r.label}) for r in records],
-            make_clip_sampler("random", NUM_FRAMES * SAMPLING_RATE / FPS),
+            # The window spanned by our clip: first to last sampled frame, inclusive.
+            make_clip_sampler("random", ((NUM_FRAMES - 1) * SAMPLING_RATE + 1) / FPS),
             torch.utils.data.RandomSampler,
             transform=PytorchvideoTransform(),
             decode_audio=False,
