@@ -35,15 +35,21 @@ class _GeluLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         h, weight = ctx.saved_tensors
+        need_h, need_weight, need_bias = ctx.needs_input_grad
         flat_grad = grad.reshape(-1, grad.shape[-1])
-        # The recomputed activation is freed before the input gradient is made, and GELU's
-        # backward writes over its incoming gradient: one (tokens x 4D) temporary at a time.
-        act = F.gelu(h).to(grad.dtype)
-        grad_weight = (flat_grad.t() @ act.reshape(-1, act.shape[-1])).to(weight.dtype)
-        del act
-        grad_bias = flat_grad.sum(0).to(ctx.bias_dtype) if ctx.has_bias else None
-        grad_h = (grad @ weight.to(grad.dtype)).to(h.dtype)
-        torch.ops.aten.gelu_backward.grad_input(grad_h, h, grad_input=grad_h)
+        grad_h = grad_weight = grad_bias = None
+        if need_weight:  # (a frozen fc2 skips this GEMM)
+            # The recomputed activation is freed before the input gradient is made, and
+            # GELU's backward writes over its incoming gradient: one (tokens x 4D) temporary
+            # at a time.
+            act = F.gelu(h).to(grad.dtype)
+            grad_weight = (flat_grad.t() @ act.reshape(-1, act.shape[-1])).to(weight.dtype)
+            del act
+        if need_bias and ctx.has_bias:
+            grad_bias = flat_grad.sum(0).to(ctx.bias_dtype)
+        if need_h:
+            grad_h = (grad @ weight.to(grad.dtype)).to(h.dtype)
+            torch.ops.aten.gelu_backward.grad_input(grad_h, h, grad_input=grad_h)
         return grad_h, grad_weight, grad_bias
 
 

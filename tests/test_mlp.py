@@ -36,6 +36,19 @@ def test_values_and_gradients_equal_timm_float64():
         torch.testing.assert_close(grads[name], ref_grads[name], atol=1e-12, rtol=1e-12, msg=name)
 
 
+def test_frozen_fc2_gets_no_gradient_and_the_rest_is_unchanged():
+    ours, reference = _pair()
+    ours.double(), reference.double()
+    for module in (ours, reference):
+        module.fc2.requires_grad_(False)
+    x, g = torch.randn(3, 7, 32, dtype=torch.float64), torch.randn(3, 7, 32, dtype=torch.float64)
+    _, grads = _run(ours, x, g)
+    _, ref_grads = _run(reference, x, g)
+    assert grads["fc2.weight"] is None and grads["fc2.bias"] is None
+    for name in ("x", "fc1.weight", "fc1.bias"):
+        torch.testing.assert_close(grads[name], ref_grads[name], atol=1e-12, rtol=1e-12, msg=name)
+
+
 def test_bf16_autocast_equals_timm_under_autocast():
     ours, reference = _pair(1)
     x, g = torch.randn(4, 9, 32), torch.randn(4, 9, 32)
