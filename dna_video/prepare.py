@@ -82,8 +82,8 @@ def scan(dataset: str, root: str, exclude_file: str | None = None) -> tuple[list
                 # NTU without a carved-out validation split validates on the test split.
                 "same_as_test": split == "val" and split not in dm.protocol.splits,
             }
-        excluded = {reason: len(paths) for reason, paths in catalog.excluded_by_reason().items()}
-        reports[name] = {"description": dm.protocol.description, "splits": splits, "excluded": excluded}
+        reports[name] = {"description": dm.protocol.description, "splits": splits,
+                         "excluded": catalog.excluded_counts()}
         # Every well-named video is part of the dataset copy, also those a protocol leaves out.
         files |= {r.path for records in catalog.records.values() for r in records}
         for reason, paths in catalog.excluded_by_reason().items():

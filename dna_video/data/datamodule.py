@@ -21,6 +21,7 @@ from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Sampler
 
 from .dataset import VideoClipDataset, VideoRecord, collate_videos
+from .protocols import Protocol
 from .sampling import FrameSampler
 from .transforms import EvalClipTransform, TrainClipTransform
 
@@ -82,6 +83,10 @@ class Catalog:
             for reason, paths in reasons.items():
                 out.setdefault(reason, {}).update(dict.fromkeys(paths))
         return {reason: list(paths) for reason, paths in out.items()}
+
+    def excluded_counts(self) -> dict[str, int]:
+        """How many files were left out, by reason (each file once)."""
+        return {reason: len(paths) for reason, paths in self.excluded_by_reason().items()}
 
     def split(self, split: str) -> SplitRecords:
         return SplitRecords(list(self.records.get(split, [])), dict(self.excluded.get(split, {})))
@@ -320,3 +325,49 @@ class VideoDataModule(L.LightningDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         return self._loader("test", shuffle=False)
+
+
+class ProtocolDataModule(VideoDataModule):
+    """A dataset whose splits come from a protocol (:class:`~.protocols.Protocol`) applied to
+    the file names under the root, scanned once into a :class:`Catalog`.
+
+    Subclasses set ``protocol`` and implement :meth:`scan`.
+
+    Args:
+        root: the dataset's video folder.
+        strict: stop with an error naming them on malformed file names and unknown field
+            values, instead of leaving them out with a count.
+        kwargs: everything :class:`VideoDataModule` takes.
+    """
+
+    protocol: Protocol
+
+    def __init__(self, root: str, strict: bool = False, **kwargs) -> None:
+        super().__init__(root=root, **kwargs)
+        self.strict = strict
+        self._catalog: Catalog | None = None
+
+    @property
+    def class_names(self) -> list[str]:
+        return list(self.protocol.classes)
+
+    @property
+    def dataset_name(self) -> str:
+        return f"{type(self).__name__}[{self.protocol.name}]"
+
+    def scan(self) -> tuple[Catalog, str]:
+        """Every file of the dataset sorted into this protocol's splits, and the folder
+        scanned (for the log)."""
+        raise NotImplementedError
+
+    def catalog(self) -> Catalog:
+        """:meth:`scan`, done once; strict mode applied and the summary logged."""
+        if self._catalog is None:
+            catalog, folder = self.scan()
+            catalog.raise_if_strict(self.strict)
+            catalog.log_summary(folder)
+            self._catalog = catalog
+        return self._catalog
+
+    def build_split(self, split: str) -> SplitRecords:
+        return self.catalog().split(split)

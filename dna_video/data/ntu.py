@@ -16,7 +16,7 @@ from typing import Literal
 
 import numpy as np
 
-from .datamodule import Catalog, SplitRecords, VideoDataModule
+from .datamodule import Catalog, ProtocolDataModule
 from .dataset import VideoRecord
 from .protocols import Protocol, load_split_file
 
@@ -200,7 +200,7 @@ def _carve_validation(train: list[tuple[NTUName, VideoRecord]], fraction: float,
     return held_out
 
 
-class NTURGBD60(VideoDataModule):
+class NTURGBD60(ProtocolDataModule):
     """NTU RGB+D 60 (Shahroudy et al., CVPR 2016) RGB videos, split by a protocol.
 
     Protocols (``data/ntu60_splits.yaml``): ``cs`` (train on the 20 training performers,
@@ -234,37 +234,18 @@ class NTURGBD60(VideoDataModule):
         strict: bool = False,
         **kwargs,
     ) -> None:
-        super().__init__(root=root, **kwargs)
+        super().__init__(root=root, strict=strict, **kwargs)
         self.protocol = ntu_protocol(protocol)
         self.exclude_file = exclude_file
         if not 0.0 <= val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
         self.val_fraction = val_fraction
         self.val_seed = val_seed
-        self.strict = strict
-        self._catalog: Catalog | None = None
 
-    @property
-    def class_names(self) -> list[str]:
-        return list(self.protocol.classes)
-
-    @property
-    def dataset_name(self) -> str:
-        return f"NTURGBD60[{self.protocol.name}]"
-
-    def catalog(self) -> Catalog:
-        """Every file under the root sorted into this protocol's splits (scanned once)."""
-        if self._catalog is None:
-            root = Path(self.root)
-            if not root.is_dir():
-                raise FileNotFoundError(f"NTU RGB+D root {root} is not a folder: set data.init_args.root")
-            files = sorted(p for p in root.rglob("*") if not p.name.startswith(".") and not p.is_dir())
-            exclude = read_sample_list(self.exclude_file) if self.exclude_file else set()
-            catalog = ntu_catalog(files, self.protocol, exclude, self.val_fraction, self.val_seed)
-            catalog.raise_if_strict(self.strict)
-            catalog.log_summary(str(root))
-            self._catalog = catalog
-        return self._catalog
-
-    def build_split(self, split: str) -> SplitRecords:
-        return self.catalog().split(split)
+    def scan(self) -> tuple[Catalog, str]:
+        root = Path(self.root)
+        if not root.is_dir():
+            raise FileNotFoundError(f"NTU RGB+D root {root} is not a folder: set data.init_args.root")
+        files = sorted(p for p in root.rglob("*") if not p.name.startswith(".") and not p.is_dir())
+        exclude = read_sample_list(self.exclude_file) if self.exclude_file else set()
+        return ntu_catalog(files, self.protocol, exclude, self.val_fraction, self.val_seed), str(root)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .datamodule import Catalog, SplitRecords, VideoDataModule
+from .datamodule import Catalog, ProtocolDataModule
 from .dataset import VideoRecord
 from .protocols import Protocol, load_split_file
 
@@ -127,7 +127,7 @@ def smarthome_catalog(files: list[Path], protocol: Protocol, train_on_val: bool 
     return catalog
 
 
-class ToyotaSmarthome(VideoDataModule):
+class ToyotaSmarthome(ProtocolDataModule):
     """Toyota Smarthome (trimmed), split by a protocol of Das et al. (ICCV 2019).
 
     Protocols (``data/toyota_smarthome_splits.yaml``): ``cs`` (31 classes; train subjects
@@ -158,19 +158,9 @@ class ToyotaSmarthome(VideoDataModule):
         strict: bool = False,
         **kwargs,
     ) -> None:
-        super().__init__(root=root, **kwargs)
+        super().__init__(root=root, strict=strict, **kwargs)
         self.protocol = smarthome_protocol(protocol)
         self.train_on_val = train_on_val
-        self.strict = strict
-        self._catalog: Catalog | None = None
-
-    @property
-    def class_names(self) -> list[str]:
-        return list(self.protocol.classes)
-
-    @property
-    def dataset_name(self) -> str:
-        return f"ToyotaSmarthome[{self.protocol.name}]"
 
     def video_folder(self) -> Path:
         root = Path(self.root)
@@ -180,16 +170,7 @@ class ToyotaSmarthome(VideoDataModule):
             return root / "mp4"
         return root
 
-    def catalog(self) -> Catalog:
-        """Every file of the clip folder sorted into this protocol's splits (scanned once)."""
-        if self._catalog is None:
-            folder = self.video_folder()
-            files = sorted(p for p in folder.iterdir() if not p.name.startswith(".") and not p.is_dir())
-            catalog = smarthome_catalog(files, self.protocol, self.train_on_val)
-            catalog.raise_if_strict(self.strict)
-            catalog.log_summary(str(folder))
-            self._catalog = catalog
-        return self._catalog
-
-    def build_split(self, split: str) -> SplitRecords:
-        return self.catalog().split(split)
+    def scan(self) -> tuple[Catalog, str]:
+        folder = self.video_folder()
+        files = sorted(p for p in folder.iterdir() if not p.name.startswith(".") and not p.is_dir())
+        return smarthome_catalog(files, self.protocol, self.train_on_val), str(folder)
