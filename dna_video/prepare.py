@@ -100,16 +100,17 @@ def validate_file(path: str) -> dict:
     error}; status ``ok``, ``short`` (decord or the container header report more frames
     than decode: a damaged or truncated file, which training samples within the decodable
     frames) or ``unreadable`` (training replaces it)."""
-    from .data.video import VideoDecodeError, count_decodable_frames, declared_frames, probe_video, read_frames
+    from .data.video import VideoDecodeError, count_decodable_frames, declared_frames, read_frames
 
     out = {"path": path, "status": "ok", "reported": 0, "decodable": 0, "error": ""}
     try:
-        reported = probe_video(path)[0]
-        read_frames(path, lambda n, fps: np.array([0, n // 2, n - 1]))
+        decoded = read_frames(path, lambda n, fps: np.array([0, n // 2, n - 1]))
     except VideoDecodeError as exc:
         return {**out, "status": "unreadable", "error": str(exc)}
-    out["reported"] = reported = max(reported, declared_frames(path))
-    out["decodable"] = decodable = count_decodable_frames(path)
+    out["reported"] = reported = max(decoded.reported, declared_frames(path))
+    # When decord failed, read_frames has already counted the decodable frames with PyAV.
+    decodable = decoded.num_frames if decoded.decoded_by_pyav else count_decodable_frames(path)
+    out["decodable"] = decodable
     if decodable == 0:
         return {**out, "status": "unreadable", "error": "no frame decodes"}
     if decodable < reported:

@@ -45,8 +45,10 @@ class VideoFrames:
     """Decoded frames (N, H, W, C) uint8 for the requested ``indices``, plus file facts."""
 
     frames: np.ndarray
-    num_frames: int
+    num_frames: int  # frames the indices were drawn from: the decodable ones
     fps: float
+    reported: int  # frames decord reports (more than ``num_frames`` for a damaged file)
+    decoded_by_pyav: bool = False  # decord failed on this file: PyAV counted and decoded it
 
 
 def _open(path: str):
@@ -64,13 +66,18 @@ def probe_video(path: str) -> tuple[int, float]:
     return len(vr), float(vr.get_avg_fps())
 
 
-# Decodable frame counts of files that report more frames than they hold, per process:
-# (path, size, mtime) -> count, so a damaged file is counted once, not at every epoch.
-_DECODABLE: dict[tuple[str, int, int], int] = {}
+# Files decord cannot decode, per process: (path, size, mtime) -> (decodable frames,
+# reported frames, fps), so such a file is counted once per worker process (not at every
+# sample) and later reads go straight to PyAV. Workers restart every epoch unless
+# ``persistent_workers`` is set; ``prepare --transcode`` removes the problem.
+_DECODABLE: dict[tuple[str, int, int], tuple[int, int, float]] = {}
 
 
 def _file_key(path: str) -> tuple[str, int, int]:
-    st = os.stat(path)
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise VideoDecodeError(f"cannot open video {path}: {exc}") from exc
     return path, st.st_size, st.st_mtime_ns
 
 
@@ -123,18 +130,18 @@ def read_frames(path: str, sampler) -> VideoFrames:
     file holds fewer decodable frames than it reports, the sampler is asked again with the
     decodable count (see the module's docstring).
     """
-    vr = _open(path)
-    num_frames, fps = len(vr), float(vr.get_avg_fps())
-    if num_frames < 1:
-        raise VideoDecodeError(f"video {path} reports no frames")
     key = _file_key(path)
     if key not in _DECODABLE:
+        vr = _open(path)
+        num_frames, fps = len(vr), float(vr.get_avg_fps())
+        if num_frames < 1:
+            raise VideoDecodeError(f"video {path} reports no frames")
         indices = np.asarray(sampler(num_frames, fps), dtype=np.int64)
         unique, inverse = np.unique(indices.reshape(-1), return_inverse=True)
         try:
             decoded = vr.get_batch(unique.tolist()).asnumpy()
             if decoded.shape[0] == unique.size:
-                return VideoFrames(frames=decoded[inverse], num_frames=num_frames, fps=fps)
+                return VideoFrames(frames=decoded[inverse], num_frames=num_frames, fps=fps, reported=num_frames)
             error = f"asked for {unique.size} frames, got {decoded.shape[0]}"
         except Exception as exc:  # decord raises DECORDError or RuntimeError
             error = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
@@ -153,15 +160,16 @@ def read_frames(path: str, sampler) -> VideoFrames:
             )
         else:
             log.warning("decord cannot decode %s (%s); decoding it with PyAV", path, error)
-        _DECODABLE[key] = decodable = min(decodable, num_frames)
-    decodable = _DECODABLE[key]
+        _DECODABLE[key] = (min(decodable, num_frames), num_frames, fps)
+    decodable, reported, fps = _DECODABLE[key]
     # Decoded in order by PyAV: decord is not reliable on this file.
     indices = np.asarray(sampler(decodable, fps), dtype=np.int64)
     unique, inverse = np.unique(indices.reshape(-1), return_inverse=True)
     count, kept = _pyav_frames(path, set(unique.tolist()), stop=int(unique.max()) + 1)
     if len(kept) != unique.size:
         raise VideoDecodeError(f"{path}: {unique.size} frames wanted below {decodable}, {len(kept)} decoded")
-    return VideoFrames(frames=np.stack([kept[i] for i in unique.tolist()])[inverse], num_frames=decodable, fps=fps)
+    frames = np.stack([kept[i] for i in unique.tolist()])[inverse]
+    return VideoFrames(frames=frames, num_frames=decodable, fps=fps, reported=reported, decoded_by_pyav=True)
 
 
 def write_video(
