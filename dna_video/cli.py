@@ -52,31 +52,26 @@ class DnACLI(LightningCLI):
         )
 
     def before_instantiate_classes(self) -> None:
-        # `last.ckpt` after every epoch, for resuming: lightning 2.6's save_last only writes
-        # it when the monitored checkpoint is written too, so it gets a callback of its own.
+        config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
         callbacks = [
-            ModelCheckpoint(filename="last", monitor=None, save_top_k=1, enable_version_counter=False),
             PredictionWriter(),  # acts only in `predict`: one CSV row per video
             ThroughputMonitor(),  # clips/s, data-wait share and peak memory per training epoch
         ]
+        if config.trainer.get("enable_checkpointing") is not False:
+            # `last.ckpt` after every epoch, for resuming: lightning 2.6's save_last only
+            # writes it when the monitored checkpoint is written too, so it gets a callback of
+            # its own.
+            callbacks.append(ModelCheckpoint(filename="last", monitor=None, save_top_k=1, enable_version_counter=False))
         # A rich progress bar unless the config turns progress bars off (Lightning refuses both).
-        config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
         if config.trainer.get("enable_progress_bar") is not False:
             callbacks.append(RichProgressBar())
         self.trainer_defaults = {**self.trainer_defaults, "callbacks": callbacks}
 
-    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
-        extra = [self._get(self.config_init, c) for c in self._parser(self.subcommand).callback_keys]
-        config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list) -> Trainer:
         if config.get("enable_checkpointing") is False:
-            # Checkpointing off (Lightning refuses ModelCheckpoint callbacks then): drop ours,
-            # `checkpoint.*` and last.ckpt alike.
-            extra = [c for c in extra if not isinstance(c, ModelCheckpoint)]
-            defaults = self.trainer_defaults.get("callbacks", [])
-            self.trainer_defaults = {
-                **self.trainer_defaults, "callbacks": [c for c in defaults if not isinstance(c, ModelCheckpoint)]
-            }
-        return self._instantiate_trainer(config, extra)
+            # Lightning refuses ModelCheckpoint callbacks with checkpointing off: drop `checkpoint.*`.
+            callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
+        return super()._instantiate_trainer(config, callbacks)
 
     def after_fit(self) -> None:
         if self.config[self.subcommand].get("test_after_fit"):

@@ -168,8 +168,8 @@ class VideoClassifier(L.LightningModule):
         self.freeze_backbone = freeze_backbone
         self.backbone_lr_mult = backbone_lr_mult
         if freeze_backbone:
-            for name, p in self.net.named_parameters():
-                p.requires_grad_(name.startswith("head."))
+            self.net.requires_grad_(False)
+            self.net.head.requires_grad_(True)
         self.optimizer = _as_callable(optimizer)
         self.lr_scheduler = _as_callable(lr_scheduler)
         self.lr_scheduler_interval = lr_scheduler_interval
@@ -211,10 +211,10 @@ class VideoClassifier(L.LightningModule):
             self.net.head.train()
         return self
 
-    def on_train_epoch_start(self) -> None:
+    def on_train_start(self) -> None:
         # Lightning does not call train() when fitting starts: it keeps each submodule's mode
-        # as it finds it (and restores that mode after validation), so the frozen backbone's
-        # eval mode is applied here, before every training epoch.
+        # as it finds it (and restores that mode after each validation), so the frozen
+        # backbone's eval mode is applied once here.
         if self.freeze_backbone:
             self.train()
 
@@ -313,10 +313,11 @@ class VideoClassifier(L.LightningModule):
     def param_groups(self) -> list[dict[str, Any]]:
         """Trainable parameters as optimiser groups: ``backbone`` (everything but the head, lr
         multiplier ``backbone_lr_mult``) and ``head``. Frozen parameters are left out."""
+        head_ids = {id(p) for p in self.net.head.parameters()}
         head, backbone = [], []
-        for name, p in self.named_parameters():
+        for p in self.parameters():
             if p.requires_grad:
-                (head if name.startswith("net.head.") else backbone).append(p)
+                (head if id(p) in head_ids else backbone).append(p)
         groups = [
             {"params": backbone, "name": "backbone", "lr_mult": self.backbone_lr_mult},
             {"params": head, "name": "head", "lr_mult": 1.0},
