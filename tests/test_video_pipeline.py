@@ -245,3 +245,14 @@ def test_mean_class_accuracy_averages_only_present_classes():
     other = MeanClassAccuracy(num_classes=4)
     other.update(scores, target)
     assert other.compute() == metric.compute()
+
+
+def test_synthetic_root_refuses_files_the_generator_did_not_write(tmp_path):
+    # The scan reads names only: empty files stand in for videos.
+    for name in ("Blink_p03_r00_v00_c01.mp4", "Walk_p03_r00_v00_c01.mp4"):
+        (tmp_path / name).touch()
+    with pytest.raises(ValueError, match=r"1 file\(s\) with unknown activity: .*Walk_p03_r00_v00_c01\.mp4"):
+        SyntheticSmarthome(str(tmp_path), num_workers=0).setup("fit")
+    lenient = SyntheticSmarthome(str(tmp_path), num_workers=0, strict=False)
+    assert [r.label for r in lenient.catalog().records["train"]] == [0]  # Blink, subject 3 trains
+    assert lenient.catalog().excluded_counts() == {"unknown activity": 1}

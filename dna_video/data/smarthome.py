@@ -96,10 +96,14 @@ def unused_reason(protocol: Protocol) -> str:
     return f"{protocol.split_by} not used by the protocol"
 
 
-def smarthome_catalog(files: list[Path], protocol: Protocol, train_on_val: bool = False) -> Catalog:
+def smarthome_catalog(
+    files: list[Path], protocol: Protocol, train_on_val: bool = False,
+    known_activities: frozenset[str] | set[str] = KNOWN_ACTIVITIES,
+) -> Catalog:
     """Sort clip files into the splits of ``protocol``, or leave them out with a reason.
 
-    ``train_on_val`` puts the validation clips in the training split too.
+    ``train_on_val`` puts the validation clips in the training split too;
+    ``known_activities``: the activity names a file may carry (others: unknown activity).
     """
     catalog = Catalog(f"Toyota Smarthome {protocol.name}", STRICT_REASONS, (NOT_MP4, MALFORMED))
     label_of = protocol.label_of
@@ -109,7 +113,7 @@ def smarthome_catalog(files: list[Path], protocol: Protocol, train_on_val: bool 
             catalog.exclude(None, NOT_MP4, str(path))
         elif name is None:
             catalog.exclude(None, MALFORMED, str(path))
-        elif name.activity not in KNOWN_ACTIVITIES:
+        elif name.activity not in known_activities:
             catalog.exclude(None, UNKNOWN_ACTIVITY, str(path))
         elif name.subject not in SUBJECTS or name.camera not in CAMERAS:
             catalog.exclude(None, UNKNOWN_FIELD, str(path))

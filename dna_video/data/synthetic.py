@@ -20,13 +20,13 @@ import logging
 import os
 import shutil
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from .dataset import VideoRecord
-from .datamodule import VideoDataModule
-from .smarthome import SUBJECTS, SmarthomeName, parse_smarthome_name, smarthome_protocol
+from .datamodule import Catalog, ProtocolDataModule
+from .smarthome import SUBJECTS, SmarthomeName, smarthome_catalog, smarthome_protocol
 from .video import write_video
 
 log = logging.getLogger(__name__)
@@ -186,43 +186,35 @@ def generate_synthetic_dataset(
     return root
 
 
-class SyntheticSmarthome(VideoDataModule):
-    """The synthetic dataset, generated on first use, split by subject like Smarthome CS.
+class SyntheticSmarthome(ProtocolDataModule):
+    """The synthetic dataset, generated on first use, split by subject like Smarthome CS
+    (the same catalog code, with the synthetic classes).
 
     Args:
         root: folder of the generated videos (created on first use, reused afterwards).
         videos_per_subject_class: videos per (subject, class) pair; 18 subjects, 5 classes.
         seed: generator seed; the same seed writes the same videos.
+        strict: a file the generator did not write stops setup (false: left out, counted).
         kwargs: everything :class:`VideoDataModule` takes (batch size, sampling, transforms).
     """
+
+    protocol = replace(smarthome_protocol("cs"), classes=tuple(SYNTHETIC_CLASSES))
 
     def __init__(
         self,
         root: str = ".cache/synthetic_smarthome",
         videos_per_subject_class: int = 6,
         seed: int = 0,
+        strict: bool = True,
         **kwargs,
     ) -> None:
-        super().__init__(root=root, **kwargs)
+        super().__init__(root=root, strict=strict, **kwargs)
         self.videos_per_subject_class = videos_per_subject_class
         self.seed = seed
-
-    @property
-    def class_names(self) -> list[str]:
-        return list(SYNTHETIC_CLASSES)
 
     def prepare_data(self) -> None:
         generate_synthetic_dataset(self.root, self.videos_per_subject_class, self.seed)
 
-    def build_split(self, split: str) -> list[VideoRecord]:
-        # The Smarthome cross-subject split, applied to the synthetic classes.
-        protocol = smarthome_protocol("cs")
-        index = {name: i for i, name in enumerate(SYNTHETIC_CLASSES)}
-        records = []
-        for path in sorted(Path(self.root).glob("*.mp4")):
-            name = parse_smarthome_name(path.name)
-            if name is None or name.activity not in index:
-                raise ValueError(f"{path}: not a file of the synthetic dataset; regenerate {self.root}")
-            if protocol.split_of(name.subject) == split:
-                records.append(VideoRecord(str(path), index[name.activity]))
-        return records
+    def scan(self) -> tuple[Catalog, str]:
+        files = sorted(Path(self.root).glob("*.mp4"))
+        return smarthome_catalog(files, self.protocol, known_activities=set(SYNTHETIC_CLASSES)), str(self.root)
