@@ -69,8 +69,10 @@ def scan(dataset: str, root: str, exclude_file: str | None = None) -> tuple[list
     """
     reports: dict[str, dict] = {}
     files: set[str] = set()
-    for name, dm in _datamodules(dataset, root, exclude_file).items():
-        catalog = dm.catalog()
+    datamodules = _datamodules(dataset, root, exclude_file)
+    listing = next(iter(datamodules.values())).list_files() if datamodules else None
+    for name, dm in datamodules.items():
+        catalog = dm.catalog(listing)  # the root listed once for every protocol
         splits = {}
         for split in ("train", "val", "test"):
             records = catalog.records.get(split, [])

@@ -14,6 +14,7 @@ import os
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import lightning as L
 import torch.distributed as dist
@@ -331,7 +332,7 @@ class ProtocolDataModule(VideoDataModule):
     """A dataset whose splits come from a protocol (:class:`~.protocols.Protocol`) applied to
     the file names under the root, scanned once into a :class:`Catalog`.
 
-    Subclasses set ``protocol`` and implement :meth:`scan`.
+    Subclasses set ``protocol`` and implement :meth:`list_files` and :meth:`make_catalog`.
 
     Args:
         root: the dataset's video folder.
@@ -355,15 +356,21 @@ class ProtocolDataModule(VideoDataModule):
     def dataset_name(self) -> str:
         return f"{type(self).__name__}[{self.protocol.name}]"
 
-    def scan(self) -> tuple[Catalog, str]:
-        """Every file of the dataset sorted into this protocol's splits, and the folder
-        scanned (for the log)."""
+    def list_files(self) -> tuple[list[Path], str]:
+        """The files under the root this dataset reads, and the folder listed (for logs)."""
         raise NotImplementedError
 
-    def catalog(self) -> Catalog:
-        """:meth:`scan`, done once; strict mode applied and the summary logged."""
+    def make_catalog(self, files: list[Path]) -> Catalog:
+        """``files`` sorted into this protocol's splits, or left out with a reason."""
+        raise NotImplementedError
+
+    def catalog(self, listing: tuple[list[Path], str] | None = None) -> Catalog:
+        """The root's files sorted into splits, once; strict mode applied, the summary
+        logged. ``listing``: what :meth:`list_files` returned, e.g. shared by the protocols
+        of ``prepare``, instead of listing the root again."""
         if self._catalog is None:
-            catalog, folder = self.scan()
+            files, folder = listing or self.list_files()
+            catalog = self.make_catalog(files)
             catalog.raise_if_strict(self.strict)
             catalog.log_summary(folder)
             self._catalog = catalog

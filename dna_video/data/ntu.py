@@ -151,7 +151,7 @@ def ntu_catalog(
         seen[name.sample] = str(path)
         split = protocol.split_of(getattr(name, protocol.split_by))
         if split is None:
-            catalog.exclude(None, f"{protocol.split_by} not used by the protocol", str(path))
+            catalog.exclude(None, protocol.unused_reason, str(path))
         elif name.sample in exclude:
             catalog.exclude(split, EXCLUSION_LIST, str(path))
         elif split == "train":
@@ -242,10 +242,12 @@ class NTURGBD60(ProtocolDataModule):
         self.val_fraction = val_fraction
         self.val_seed = val_seed
 
-    def scan(self) -> tuple[Catalog, str]:
+    def list_files(self) -> tuple[list[Path], str]:
         root = Path(self.root)
         if not root.is_dir():
             raise FileNotFoundError(f"NTU RGB+D root {root} is not a folder: set data.init_args.root")
-        files = sorted(p for p in root.rglob("*") if not p.name.startswith(".") and not p.is_dir())
+        return sorted(p for p in root.rglob("*") if not p.name.startswith(".") and not p.is_dir()), str(root)
+
+    def make_catalog(self, files: list[Path]) -> Catalog:
         exclude = read_sample_list(self.exclude_file) if self.exclude_file else set()
-        return ntu_catalog(files, self.protocol, exclude, self.val_fraction, self.val_seed), str(root)
+        return ntu_catalog(files, self.protocol, exclude, self.val_fraction, self.val_seed)

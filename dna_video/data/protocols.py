@@ -74,6 +74,11 @@ class Protocol:
     def label_of(self) -> dict[str, int]:
         return {name: i for i, name in enumerate(self.classes)}
 
+    @property
+    def unused_reason(self) -> str:
+        """Why a file whose ``split_by`` value is in no split is left out (log and counts)."""
+        return f"{self.split_by} not used by the protocol"
+
 
 def load_split_file(name: str | Path, default_classes: str | None = None) -> tuple[dict[str, Any], dict[str, Protocol]]:
     """Read a split-definition YAML of ``data/``: (its top-level facts, protocol name -> Protocol).

@@ -92,10 +92,6 @@ def smarthome_protocol(name: str) -> Protocol:
     return PROTOCOLS[name]
 
 
-def unused_reason(protocol: Protocol) -> str:
-    return f"{protocol.split_by} not used by the protocol"
-
-
 def smarthome_catalog(
     files: list[Path], protocol: Protocol, train_on_val: bool = False,
     known_activities: frozenset[str] | set[str] = KNOWN_ACTIVITIES,
@@ -120,7 +116,7 @@ def smarthome_catalog(
         else:
             split = protocol.split_of(getattr(name, protocol.split_by))
             if split is None:
-                catalog.exclude(None, unused_reason(protocol), str(path))
+                catalog.exclude(None, protocol.unused_reason, str(path))
             elif name.activity not in label_of:
                 catalog.exclude(split, OUTSIDE_CLASSES, str(path))
             else:
@@ -174,7 +170,9 @@ class ToyotaSmarthome(ProtocolDataModule):
             return root / "mp4"
         return root
 
-    def scan(self) -> tuple[Catalog, str]:
+    def list_files(self) -> tuple[list[Path], str]:
         folder = self.video_folder()
-        files = sorted(p for p in folder.iterdir() if not p.name.startswith(".") and not p.is_dir())
-        return smarthome_catalog(files, self.protocol, self.train_on_val), str(folder)
+        return sorted(p for p in folder.iterdir() if not p.name.startswith(".") and not p.is_dir()), str(folder)
+
+    def make_catalog(self, files: list[Path]) -> Catalog:
+        return smarthome_catalog(files, self.protocol, self.train_on_val)

@@ -215,6 +215,8 @@ class SyntheticSmarthome(ProtocolDataModule):
     def prepare_data(self) -> None:
         generate_synthetic_dataset(self.root, self.videos_per_subject_class, self.seed)
 
-    def scan(self) -> tuple[Catalog, str]:
-        files = sorted(Path(self.root).glob("*.mp4"))
-        return smarthome_catalog(files, self.protocol, known_activities=set(SYNTHETIC_CLASSES)), str(self.root)
+    def list_files(self) -> tuple[list[Path], str]:
+        return sorted(Path(self.root).glob("*.mp4")), str(self.root)
+
+    def make_catalog(self, files: list[Path]) -> Catalog:
+        return smarthome_catalog(files, self.protocol, known_activities=set(SYNTHETIC_CLASSES))
