@@ -20,7 +20,7 @@ evenly spaced ones, 32 apart as ours (its ``UniformTemporalSubsample``, reproduc
 since its transforms module cannot import).
 
 Then the toolkit alone, end to end, on NTU RGB+D's format: 1920 x 1080 MPEG-4 AVI files
-(written by ``benchmarks/decode_speed.py``, which times the decoding alone) against the same
+(written by ``python -m benchmarks.decode_speed``, which times the decoding alone) against the same
 files after ``python -m dna_video.prepare --transcode`` (H.264 mp4, short side 320, a
 keyframe every 16 frames).
 """

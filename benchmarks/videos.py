@@ -4,7 +4,7 @@ The quickstart's synthetic videos (84 x 112, under 2 s, flat colours) decode far
 than real footage, so the data benchmark writes its own H.264 mp4 files: a textured scene
 panning slowly (so that P-frames carry real motion and residuals) with a moving object, at
 Toyota Smarthome's 640 x 480. Files are cached under a folder keyed by their parameters and
-rebuilt when they change. (1080p AVIs come from ``benchmarks/decode_speed.py``.)
+rebuilt when they change. (1080p AVIs come from ``python -m benchmarks.decode_speed``.)
 """
 
 from __future__ import annotations

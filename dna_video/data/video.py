@@ -16,8 +16,10 @@ with PyAV. Files that cannot be opened or hold no decodable frame raise
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -174,27 +176,32 @@ def read_frames(path: str, sampler) -> VideoFrames:
 
 def write_video(
     path: str,
-    frames: np.ndarray,
+    frames: np.ndarray | Iterable[np.ndarray],
     fps: float = 30.0,
     codec: str = "libx264",
     crf: int = 18,
     gop: int = 16,
     faststart: bool = False,
+    bit_rate: int | None = None,
 ) -> None:
     """Write (N, H, W, 3) uint8 RGB frames to a video file with PyAV.
 
-    ``libx264``/``h264`` write H.264 (yuv420p, ``crf`` quality, keyframe every ``gop``
-    frames, no B-frames: short seeks for random access); ``mpeg4`` writes MPEG-4 Part 2
-    (the codec of many AVI files). H and W must be even for yuv420p. ``faststart`` puts an
-    mp4 file's index before its frames.
+    ``frames``: an array, or any iterable of (H, W, 3) uint8 frames (written as they come,
+    so long 1080p videos need not fit in memory). ``libx264``/``h264`` write H.264
+    (yuv420p, ``crf`` quality, keyframe every ``gop`` frames, no B-frames: short seeks for
+    random access); ``mpeg4`` writes MPEG-4 Part 2 (the codec of many AVI files) at
+    ``bit_rate`` bits/s (default: 4 bits per pixel per second). H and W must be even for
+    yuv420p. ``faststart`` puts an mp4 file's index before its frames.
     """
     import av
     from fractions import Fraction
 
-    frames = np.asarray(frames)
-    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
-        raise ValueError(f"frames must be (N, H, W, 3) uint8, got {frames.shape} {frames.dtype}")
-    n, h, w, _ = frames.shape
+    frames = iter(frames)
+    first = next(frames, None)
+    if first is None or first.dtype != np.uint8 or first.ndim != 3 or first.shape[-1] != 3:
+        what = "no frames" if first is None else f"a first frame {first.shape} {first.dtype}"
+        raise ValueError(f"frames must be (H, W, 3) uint8 images, got {what}")
+    h, w, _ = first.shape
     options = {"movflags": "+faststart"} if faststart else {}
     with av.open(path, mode="w", options=options) as container:
         stream = container.add_stream(codec, rate=Fraction(fps).limit_denominator(1001))
@@ -205,8 +212,8 @@ def write_video(
         if codec in ("libx264", "h264"):
             stream.codec_context.options = {"crf": str(crf), "preset": "veryfast"}
         else:
-            stream.codec_context.bit_rate = max(200_000, 4 * w * h * int(fps))
-        for frame in frames:
+            stream.codec_context.bit_rate = bit_rate or max(200_000, 4 * w * h * int(fps))
+        for frame in itertools.chain([first], frames):
             for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
                 container.mux(packet)
         for packet in stream.encode():
