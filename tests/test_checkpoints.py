@@ -353,6 +353,28 @@ def test_load_time_resampling_matches_the_source_model_run_at_the_new_geometry()
     torch.testing.assert_close(linear.time_embed, expected)
 
 
+
+def test_load_and_forward_time_resampling_agree_with_timm_and_torch():
+    # Import-time (load_pretrained) and forward-time (TimeSformer) resampling share one code
+    # path; both must equal timm's antialiased bicubic 2-D resampling and torch's 1-D linear.
+    from timm.layers import resample_abs_pos_embed
+
+    source = randomise(ours("softmax", embed_interpolation="bicubic"))
+    for side in (6, 2):  # up and down (antialiasing only matters when shrinking)
+        expected_pos = resample_abs_pos_embed(
+            source.pos_embed, [side, side], old_size=[4, 4], num_prefix_tokens=1, interpolation="bicubic", antialias=True
+        )
+        target = ours("softmax", num_frames=8, img_size=8 * side)
+        load_pretrained(target, source.state_dict(), pos_interpolation="bicubic", time_interpolation="linear")
+        with torch.no_grad():
+            torch.testing.assert_close(target.pos_embed, expected_pos)
+            torch.testing.assert_close(source._pos_embed((side, side)), expected_pos)
+    expected_time = F.interpolate(source.time_embed.transpose(1, 2), size=8, mode="linear", align_corners=False).transpose(1, 2)
+    with torch.no_grad():
+        torch.testing.assert_close(target.time_embed, expected_time)
+        torch.testing.assert_close(source._time_embed(8), expected_time)  # bicubic -> linear in time
+
+
 # -- errors and strict mode ----------------------------------------------------------------
 def test_files_that_are_not_checkpoints_give_clear_errors(tmp_path):
     text = tmp_path / "notes.pth"

@@ -29,13 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from einops import rearrange
-from timm.layers import resample_abs_pos_embed, trunc_normal_
+from timm.layers import trunc_normal_
 from torch import Tensor, nn
 
 from ..attention import DenoisingAttention
-from ..timesformer import TimeSformer
+from ..timesformer import TimeSformer, resample_pos_embed, resample_time_embed
 from .dna_init import DNA_INIT_POLICIES, init_negative_branch
 from .io import CheckpointError, RawCheckpoint, read_checkpoint, unwrap_state_dict
 from .layouts import LAYOUT_NAMES, _square, detect_layout, infer_geometry, known_num_heads, to_official
@@ -261,19 +259,12 @@ def load_pretrained(
             converted["pos_embed"] = "zero cls entry added (the checkpoint's cls token has no position embedding)"
         grid = _grid_of(pos, raw)
         if grid != model.grid:
-            pos = resample_abs_pos_embed(
-                pos, list(model.grid), old_size=list(grid), num_prefix_tokens=1,
-                interpolation=pos_interpolation, antialias=pos_interpolation in ("bilinear", "bicubic"),
-            )
+            pos = resample_pos_embed(pos, model.grid, grid, pos_interpolation)
             report.resampled["pos_embed"] = f"grid {grid[0]}x{grid[1]} -> {model.grid[0]}x{model.grid[1]} ({pos_interpolation})"
         state["pos_embed"] = pos
     if "time_embed" in state and state["time_embed"].ndim == 3 and state["time_embed"].shape[1] != model.num_frames:
         t_src = state["time_embed"].shape[1]
-        resampled = F.interpolate(
-            rearrange(state["time_embed"].float(), "1 t d -> 1 d t"), size=model.num_frames,
-            mode=time_interpolation, **({"align_corners": False} if time_interpolation == "linear" else {}),
-        )
-        state["time_embed"] = rearrange(resampled, "1 d t -> 1 t d")
+        state["time_embed"] = resample_time_embed(state["time_embed"].float(), model.num_frames, time_interpolation)
         report.resampled["time_embed"] = f"{t_src} -> {model.num_frames} frames ({time_interpolation})"
 
     # -- head: dropped when the class count differs --------------------------------------
