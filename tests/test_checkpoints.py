@@ -469,6 +469,23 @@ def test_command_line_inspect_and_export(tmp_path, capsys):
         torch.testing.assert_close(back.eval()(clip()), source(clip()), **TOL)
 
 
+
+def test_layout_errors_name_the_source_and_files_are_converted_once(tmp_path, monkeypatch):
+    with pytest.raises(CheckpointError, match=r"^checkpoint: not a TimeSformer"):
+        detect_layout({"conv1.weight": torch.zeros(1)})
+    with pytest.raises(CheckpointError, match=r"^x\.pth: not a TimeSformer"):
+        detect_layout({"conv1.weight": torch.zeros(1)}, where="x.pth")
+    import dna_video.checkpoints.loading as loading
+
+    calls = []
+    real = loading.to_official
+    monkeypatch.setattr(loading, "to_official", lambda *a: calls.append(a[1]) or real(*a))
+    source = randomise(ours("dna"))
+    model, report = timesformer_from_checkpoint(save(source.state_dict(), tmp_path / "m.pth"), drop_path_rate=0.0)
+    assert calls == ["timesformer"] and report.layout == "timesformer" and not report.initialised
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(clip()), source(clip()), **TOL)
+
 def test_geometry_inferred_from_a_standard_vit_width():
     state = {k: v for k, v in tiny_vit().state_dict().items()}
     from dna_video.checkpoints import infer_geometry

@@ -87,8 +87,9 @@ _OUR_BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)\.(weight|bias)$")
 VIT_HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16}
 
 
-def detect_layout(state: dict[str, Tensor]) -> str:
-    """Which layout ``state`` (wrappers already removed) is in; a key of :data:`LAYOUT_NAMES`."""
+def detect_layout(state: dict[str, Tensor], where: str = "checkpoint") -> str:
+    """Which layout ``state`` (wrappers already removed) is in; a key of :data:`LAYOUT_NAMES`.
+    ``where`` names the source in the error (e.g. the file path)."""
     keys = list(state)
     if any(k.startswith(("timesformer.", "embeddings.patch_embeddings", "encoder.layer.")) for k in keys):
         return "huggingface"
@@ -99,7 +100,7 @@ def detect_layout(state: dict[str, Tensor]) -> str:
     if "patch_embed.proj.weight" in state and any(re.match(r"blocks\.\d+\.attn\.qkv\.weight$", k) for k in keys):
         return "vit"
     raise CheckpointError(
-        "not a TimeSformer, ViT, DnA or Hugging Face TimeSformer state dict: "
+        f"{where}: not a TimeSformer, ViT, DnA or Hugging Face TimeSformer state dict: "
         f"{len(keys)} tensors, e.g. {keys[:6]}"
     )
 

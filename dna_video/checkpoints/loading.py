@@ -26,7 +26,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from timm.layers import trunc_normal_
@@ -137,12 +137,20 @@ def _as_raw(source: Any, weights_only: bool | None) -> RawCheckpoint:
     return RawCheckpoint("<in-memory state dict>", "state dict", unwrap_state_dict(source, notes), notes=notes)
 
 
-def _layout(raw: RawCheckpoint) -> str:
-    """:func:`.layouts.detect_layout`, its error naming the file."""
-    try:
-        return detect_layout(raw.state_dict)
-    except CheckpointError as e:
-        raise CheckpointError(f"{raw.path}: {e}") from None
+class _Official(NamedTuple):
+    """A checkpoint read and converted to official names (:func:`.layouts.to_official`)."""
+
+    raw: RawCheckpoint
+    layout: str
+    state: dict[str, Tensor]
+    converted: dict[str, str]
+    unknown: list[str]
+
+
+def _official(raw: RawCheckpoint) -> _Official:
+    """Detect ``raw``'s layout (errors name the file) and convert it, once per import."""
+    layout = detect_layout(raw.state_dict, where=raw.path)
+    return _Official(raw, layout, *to_official(raw.state_dict, layout))
 
 
 def _geometry_hint(state: dict[str, Tensor], raw: RawCheckpoint, model: TimeSformer) -> str:
@@ -217,9 +225,10 @@ def load_pretrained(
         raise ValueError(f"unknown dna_init {dna_init!r}; choose one of {list(DNA_INIT_POLICIES)}")
     if time_interpolation not in ("linear", "nearest"):
         raise ValueError(f"unknown time_interpolation {time_interpolation!r}; choose linear or nearest")
-    raw = _as_raw(source, weights_only)
-    layout = _layout(raw)
-    state, converted, unknown = to_official(raw.state_dict, layout)
+    # timesformer_from_checkpoint passes the checkpoint already converted (an _Official).
+    raw, layout, state, converted, unknown = (
+        source if isinstance(source, _Official) else _official(_as_raw(source, weights_only))
+    )
     report = LoadReport(raw.path, raw.container, layout, _describe(model), notes=list(raw.notes))
     report.unused.update({k: "no official TimeSformer name" for k in unknown})
     target = model.state_dict()
@@ -364,9 +373,9 @@ def timesformer_from_checkpoint(
     checkpoint is then adapted: head re-initialised, embeddings resampled, DnA branch
     initialised); ``load_kwargs`` go to :func:`load_pretrained`.
     """
-    raw = read_checkpoint(source, weights_only=weights_only)
-    state, _, _ = to_official(raw.state_dict, _layout(raw))
-    kwargs = {**infer_geometry(state, raw.hf_config, raw.hparams), **overrides}
+    official = _official(read_checkpoint(source, weights_only=weights_only))
+    raw = official.raw
+    kwargs = {**infer_geometry(official.state, raw.hf_config, raw.hparams), **overrides}
     if "num_heads" not in kwargs:
         raise CheckpointError(
             f"{source}: the number of attention heads is not stored in this checkpoint "
@@ -374,5 +383,5 @@ def timesformer_from_checkpoint(
         )
     kwargs.setdefault("num_classes", 0)
     model = TimeSformer(**kwargs)
-    report = load_pretrained(model, raw, **(load_kwargs or {}))
+    report = load_pretrained(model, official, **(load_kwargs or {}))
     return model, report
