@@ -38,6 +38,7 @@ __all__ = [
     "timesformer",
     "resample_pos_embed",
     "resample_time_embed",
+    "init_module",
 ]
 
 # Architecture presets: width, depth, heads and patch size. Everything else (frames,
@@ -238,7 +239,7 @@ class TimeSformer(nn.Module):
         so that at step 0 the temporal path adds nothing and the model is the image ViT."""
         trunc_normal_(self.pos_embed, std=0.02)
         trunc_normal_(self.cls_token, std=0.02)
-        self.apply(_init_module)
+        self.apply(init_module)
         nn.init.zeros_(self.time_embed)
         for block in self.blocks:
             nn.init.zeros_(block.temporal_fc.weight)
@@ -249,7 +250,7 @@ class TimeSformer(nn.Module):
         self.num_classes = num_classes
         self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
         if num_classes > 0:
-            _init_module(self.head)
+            init_module(self.head)
 
     def _pos_embed(self, grid: tuple[int, int]) -> Tensor:
         return resample_pos_embed(self.pos_embed, grid, self.grid, self.embed_interpolation)
@@ -294,7 +295,9 @@ class TimeSformer(nn.Module):
         return {name: m for name, m in self.named_modules() if isinstance(m, Attention)}
 
 
-def _init_module(m: nn.Module) -> None:
+def init_module(m: nn.Module) -> None:
+    """The official initialisation of one module: a Linear trunc-normal(std 0.02) with zero
+    bias, a LayerNorm (1, 0); other modules untouched. For ``Module.apply`` too."""
     if isinstance(m, nn.Linear):
         trunc_normal_(m.weight, std=0.02)
         if m.bias is not None:

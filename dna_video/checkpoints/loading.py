@@ -29,11 +29,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
-from timm.layers import trunc_normal_
 from torch import Tensor, nn
 
 from ..attention import DenoisingAttention
-from ..timesformer import TimeSformer, resample_pos_embed, resample_time_embed
+from ..timesformer import TimeSformer, init_module, resample_pos_embed, resample_time_embed
 from .dna_init import DNA_INIT_POLICIES, init_negative_branch
 from .io import CheckpointError, RawCheckpoint, read_checkpoint, unwrap_state_dict
 from .layouts import LAYOUT_NAMES, _square, detect_layout, infer_geometry, known_num_heads, to_official
@@ -348,8 +347,7 @@ def load_pretrained(
         if why.startswith("zero"):
             target[key].zero_()
     if any(k.startswith("head.") for k in report.initialised) and isinstance(model.head, nn.Linear):
-        trunc_normal_(model.head.weight, std=0.02)
-        nn.init.zeros_(model.head.bias)
+        init_module(model.head)
     for name in negative_missing:
         init_negative_branch(model.get_submodule(name), dna_init, eps=dna_init_eps)
 
