@@ -81,6 +81,7 @@ HF_TOP_NAMES = {
 }
 _HF_BLOCK = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
 _OUR_BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)\.(weight|bias)$")
+_BLOCK_INDEX = re.compile(r"^blocks\.(\d+)\.")
 
 # Standard ViT widths and their head counts (head dim 64): used only when a checkpoint
 # gives no other way to know the number of heads.
@@ -180,6 +181,10 @@ def _square(value: Any, what: str) -> int:
     return int(value)
 
 
+def _hf_num_heads(config: dict[str, Any]) -> int:
+    return int(config.get("num_attention_heads", 12))
+
+
 def hf_config_to_kwargs(config: dict[str, Any]) -> dict[str, Any]:
     """:class:`TimeSformer` arguments that reproduce a Hugging Face TimeSformer ``config.json``.
 
@@ -207,7 +212,7 @@ def hf_config_to_kwargs(config: dict[str, Any]) -> dict[str, Any]:
         num_frames=int(config.get("num_frames", 8)),
         embed_dim=dim,
         depth=int(config.get("num_hidden_layers", 12)),
-        num_heads=int(config.get("num_attention_heads", 12)),
+        num_heads=_hf_num_heads(config),
         mlp_ratio=mlp_ratio,
         qkv_bias=bool(config.get("qkv_bias", True)),
         norm_eps=float(config.get("layer_norm_eps", 1e-6)),
@@ -243,8 +248,11 @@ def hf_config_from_model(model: TimeSformer, id2label: dict[int, str] | None = N
     }
 
 
-def _hparams_kwargs(hparams: dict[str, Any]) -> dict[str, Any] | None:
-    """Geometry stated by one of our Lightning checkpoints (VideoClassifier hyper-parameters)."""
+def _hparams_kwargs(hparams: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Geometry stated by one of our Lightning checkpoints (VideoClassifier hyper-parameters);
+    None when there are none or they name no preset."""
+    if hparams is None:
+        return None
     arch = hparams.get("arch")
     if arch not in PRESETS:
         return None
@@ -270,13 +278,13 @@ def infer_geometry(
     """
     if hf_config is not None:
         return {**hf_config_to_kwargs(hf_config), "attention": "softmax"}
-    if hparams is not None and (kwargs := _hparams_kwargs(hparams)) is not None:
+    if (kwargs := _hparams_kwargs(hparams)) is not None:
         return kwargs
     if "patch_embed.proj.weight" not in state or "cls_token" not in state:
         raise CheckpointError("cannot infer the geometry: no patch_embed.proj.weight / cls_token")
     proj = state["patch_embed.proj.weight"]
     dim, in_chans, patch = proj.shape[0], proj.shape[1], proj.shape[-1]
-    depth = 1 + max((int(m.group(1)) for k in state if (m := re.match(r"blocks\.(\d+)\.", k))), default=-1)
+    depth = _depth(state)
     if depth == 0:
         raise CheckpointError(
             "cannot infer the geometry: no blocks.N.* tensors (a truncated file, or not a ViT/TimeSformer)"
@@ -294,20 +302,33 @@ def infer_geometry(
         n = state["pos_embed"].shape[1]
         side = math.isqrt(n - 1) if math.isqrt(n - 1) ** 2 == n - 1 else math.isqrt(n)
         kwargs["img_size"] = side * patch
-    if "blocks.0.attn.neg_scalers" in state:
-        kwargs["num_heads"] = state["blocks.0.attn.neg_scalers"].shape[0]
-    elif dim in VIT_HEADS_BY_WIDTH:
-        kwargs["num_heads"] = VIT_HEADS_BY_WIDTH[dim]
+    heads = _neg_scaler_heads(state)
+    if heads is None:
+        heads = VIT_HEADS_BY_WIDTH.get(dim)
+    if heads is not None:
+        kwargs["num_heads"] = heads
     return kwargs
 
 
 def known_num_heads(
     state: dict[str, Tensor], hf_config: dict[str, Any] | None, hparams: dict[str, Any] | None
 ) -> int | None:
-    """The checkpoint's head count when the checkpoint states it (not a convention)."""
+    """The checkpoint's head count when the checkpoint states it (not a convention): the
+    sources of :func:`infer_geometry` in the same order, without its width convention and
+    without refusing the rest of a Hugging Face config (that is for building a model)."""
     if hf_config is not None:
-        return int(hf_config.get("num_attention_heads", 12))
-    if hparams is not None and (kwargs := _hparams_kwargs(hparams)) is not None:
+        return _hf_num_heads(hf_config)
+    if (kwargs := _hparams_kwargs(hparams)) is not None:
         return int(kwargs["num_heads"])
+    return _neg_scaler_heads(state)
+
+
+def _depth(state: dict[str, Tensor]) -> int:
+    """Number of blocks: 1 + the highest ``blocks.N.`` index (0 when there is none)."""
+    return 1 + max((int(m.group(1)) for k in state if (m := _BLOCK_INDEX.match(k))), default=-1)
+
+
+def _neg_scaler_heads(state: dict[str, Tensor]) -> int | None:
+    """The head count of a DnA checkpoint, from its per-head ``neg_scalers`` (else None)."""
     scalers = state.get("blocks.0.attn.neg_scalers")
     return int(scalers.shape[0]) if scalers is not None else None

@@ -35,7 +35,7 @@ from ..attention import DenoisingAttention
 from ..timesformer import TimeSformer, init_module, resample_pos_embed, resample_time_embed
 from .dna_init import DNA_INIT_POLICIES, init_negative_branch
 from .io import CheckpointError, RawCheckpoint, read_checkpoint, unwrap_state_dict
-from .layouts import LAYOUT_NAMES, _square, detect_layout, infer_geometry, known_num_heads, to_official
+from .layouts import _BLOCK_INDEX, LAYOUT_NAMES, _depth, detect_layout, infer_geometry, known_num_heads, to_official
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,6 @@ UNSUPPORTED = {
     r"^temporal_encoder\.|^temporal_embedding$": "factorised (ViViT-style) encoder",
 }
 _NEG_BRANCH = re.compile(r"\.(q_neg|v_neg)\.(weight|bias)$|\.neg_scalers$")
-_BLOCK = re.compile(r"^blocks\.(\d+)\.")
 
 
 @dataclass
@@ -109,7 +108,7 @@ def _summary(entries: dict[str, str], limit: int = 4) -> list[str]:
     """One ``reason: key patterns`` line per reason, block indices collapsed to ``*``."""
     by_reason: dict[str, dict[str, None]] = defaultdict(dict)
     for key, why in entries.items():
-        by_reason[why][_BLOCK.sub("blocks.*.", key)] = None
+        by_reason[why][_BLOCK_INDEX.sub("blocks.*.", key)] = None
     lines = []
     for why, keys in by_reason.items():
         names = list(keys)
@@ -165,14 +164,8 @@ def _geometry_hint(state: dict[str, Tensor], raw: RawCheckpoint, model: TimeSfor
     )
 
 
-def _grid_of(pos_embed: Tensor, raw: RawCheckpoint) -> tuple[int, int]:
+def _grid_of(pos_embed: Tensor) -> tuple[int, int]:
     n = pos_embed.shape[1] - 1
-    if raw.hf_config is not None:
-        side = _square(raw.hf_config.get("image_size", 224), "image_size") // _square(
-            raw.hf_config.get("patch_size", 16), "patch_size"
-        )
-        if side * side == n:
-            return side, side
     side = math.isqrt(n)
     if side * side != n:
         raise CheckpointError(f"pos_embed: {n} patch positions do not form a square grid; cannot resample it")
@@ -238,7 +231,7 @@ def load_pretrained(
         listed = "; ".join(f"{k} ({what})" for k, what in list(foreign.items())[:8])
         raise CheckpointError(f"{raw.path}: parts this TimeSformer does not implement: {listed}")
     problems = []
-    depth = 1 + max((int(m.group(1)) for k in state if (m := _BLOCK.match(k))), default=-1)
+    depth = _depth(state)
     if depth != len(model.blocks):
         problems.append(f"depth: {depth} blocks in the checkpoint, {len(model.blocks)} in the model")
     heads = known_num_heads(state, raw.hf_config, raw.hparams)
@@ -265,7 +258,7 @@ def load_pretrained(
             # Only patch positions: that cls token had no position embedding (DnA-ViT, DeiT-III).
             pos = torch.cat([pos.new_zeros(1, 1, pos.shape[-1]), pos], dim=1)
             converted["pos_embed"] = "zero cls entry added (the checkpoint's cls token has no position embedding)"
-        grid = _grid_of(pos, raw)
+        grid = _grid_of(pos)
         if grid != model.grid:
             pos = resample_pos_embed(pos, model.grid, grid, pos_interpolation)
             report.resampled["pos_embed"] = f"grid {grid[0]}x{grid[1]} -> {model.grid[0]}x{model.grid[1]} ({pos_interpolation})"
