@@ -486,6 +486,21 @@ def test_layout_errors_name_the_source_and_files_are_converted_once(tmp_path, mo
     with torch.no_grad():
         torch.testing.assert_close(model.eval()(clip()), source(clip()), **TOL)
 
+
+def test_hf_config_round_trip_reproduces_the_model_arguments():
+    from dna_video.checkpoints import hf_config_to_kwargs
+    from dna_video.checkpoints.layouts import hf_config_from_model
+
+    args = dict(num_classes=3, img_size=48, patch_size=8, in_chans=2, num_frames=6, embed_dim=32, depth=3,
+                num_heads=4, mlp_ratio=1.5, qkv_bias=False, norm_eps=1e-5)
+    config = hf_config_from_model(TimeSformer(attention="softmax", **args))
+    assert config["intermediate_size"] == 48 and config["qkv_bias"] is False and config["layer_norm_eps"] == 1e-5
+    assert hf_config_to_kwargs(json.loads(json.dumps(config))) == args
+    # Missing fields take transformers' TimesformerConfig defaults (ViT-B/16, 8 x 224 x 224).
+    assert hf_config_to_kwargs({}) == dict(num_classes=2, img_size=224, patch_size=16, in_chans=3, num_frames=8,
+                                           embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, qkv_bias=True,
+                                           norm_eps=1e-6)
+
 def test_geometry_inferred_from_a_standard_vit_width():
     state = {k: v for k, v in tiny_vit().state_dict().items()}
     from dna_video.checkpoints import infer_geometry

@@ -38,6 +38,7 @@ __all__ = [
     "LAYOUT_NAMES",
     "HF_BLOCK_NAMES",
     "HF_TOP_NAMES",
+    "HF_CONFIG_FIELDS",
     "detect_layout",
     "to_official",
     "official_to_hf",
@@ -181,8 +182,29 @@ def _square(value: Any, what: str) -> int:
     return int(value)
 
 
-def _hf_num_heads(config: dict[str, Any]) -> int:
-    return int(config.get("num_attention_heads", 12))
+# Hugging Face TimeSformer ``config.json`` field -> (our TimeSformer argument, the field's
+# default in transformers). Used both ways; the type of the default is the field's type.
+# Fields not 1:1 (intermediate_size <-> mlp_ratio, id2label / num_labels <-> num_classes,
+# attention_type, hidden_act) are handled where they are used.
+HF_CONFIG_FIELDS: dict[str, tuple[str, Any]] = {
+    "image_size": ("img_size", 224),
+    "patch_size": ("patch_size", 16),
+    "num_channels": ("in_chans", 3),
+    "num_frames": ("num_frames", 8),
+    "hidden_size": ("embed_dim", 768),
+    "num_hidden_layers": ("depth", 12),
+    "num_attention_heads": ("num_heads", 12),
+    "qkv_bias": ("qkv_bias", True),
+    "layer_norm_eps": ("norm_eps", 1e-6),
+}
+_HF_SQUARE_FIELDS = ("image_size", "patch_size")  # an int, or a [h, w] list with h == w
+
+
+def _hf_field(config: dict[str, Any], name: str) -> Any:
+    """``config[name]`` (or transformers' default) as the TimeSformer argument's value."""
+    default = HF_CONFIG_FIELDS[name][1]
+    value = config.get(name, default)
+    return _square(value, name) if name in _HF_SQUARE_FIELDS else type(default)(value)
 
 
 def hf_config_to_kwargs(config: dict[str, Any]) -> dict[str, Any]:
@@ -197,50 +219,41 @@ def hf_config_to_kwargs(config: dict[str, Any]) -> dict[str, Any]:
     act = config.get("hidden_act", "gelu")
     if act != "gelu":
         raise CheckpointError(f"config.json: hidden_act={act!r}; the MLP here uses exact GELU ('gelu') only")
-    dim = int(config.get("hidden_size", 768))
+    kwargs = {ours: _hf_field(config, name) for name, (ours, _) in HF_CONFIG_FIELDS.items()}
+    dim = kwargs["embed_dim"]
     hidden = int(config.get("intermediate_size", 4 * dim))
     mlp_ratio = hidden / dim
     if int(dim * mlp_ratio) != hidden:
         raise CheckpointError(f"config.json: intermediate_size={hidden} is not representable as hidden_size * mlp_ratio")
     id2label = config.get("id2label")
     num_classes = len(id2label) if id2label else int(config.get("num_labels", 2))
-    return dict(
-        num_classes=num_classes,
-        img_size=_square(config.get("image_size", 224), "image_size"),
-        patch_size=_square(config.get("patch_size", 16), "patch_size"),
-        in_chans=int(config.get("num_channels", 3)),
-        num_frames=int(config.get("num_frames", 8)),
-        embed_dim=dim,
-        depth=int(config.get("num_hidden_layers", 12)),
-        num_heads=_hf_num_heads(config),
-        mlp_ratio=mlp_ratio,
-        qkv_bias=bool(config.get("qkv_bias", True)),
-        norm_eps=float(config.get("layer_norm_eps", 1e-6)),
-    )
+    return dict(num_classes=num_classes, **kwargs, mlp_ratio=mlp_ratio)
 
 
 def hf_config_from_model(model: TimeSformer, id2label: dict[int, str] | None = None) -> dict[str, Any]:
     """A Hugging Face ``config.json`` (as a dict) describing ``model`` (softmax attention)."""
     block = model.blocks[0]
-    num_classes = model.num_classes
-    id2label = id2label or {i: f"LABEL_{i}" for i in range(num_classes)}
+    ours = dict(
+        img_size=model.img_size,
+        patch_size=model.patch_size,
+        in_chans=model.patch_embed.proj.in_channels,
+        num_frames=model.num_frames,
+        embed_dim=model.embed_dim,
+        depth=len(model.blocks),
+        num_heads=block.attn.num_heads,
+        qkv_bias=block.attn.qkv.bias is not None,
+        norm_eps=model.norm.eps,
+    )
+    id2label = id2label or {i: f"LABEL_{i}" for i in range(model.num_classes)}
     return {
         "architectures": ["TimesformerForVideoClassification"],
         "model_type": "timesformer",
-        "image_size": model.img_size,
-        "patch_size": model.patch_size,
-        "num_channels": model.patch_embed.proj.in_channels,
-        "num_frames": model.num_frames,
-        "hidden_size": model.embed_dim,
-        "num_hidden_layers": len(model.blocks),
-        "num_attention_heads": block.attn.num_heads,
+        **{name: ours[kwarg] for name, (kwarg, _) in HF_CONFIG_FIELDS.items()},
         "intermediate_size": block.mlp.fc1.out_features,
         "hidden_act": "gelu",
         "hidden_dropout_prob": 0.0,
         "attention_probs_dropout_prob": 0.0,
         "initializer_range": 0.02,
-        "layer_norm_eps": model.norm.eps,
-        "qkv_bias": block.attn.qkv.bias is not None,
         "attention_type": "divided_space_time",
         "drop_path_rate": 0,  # transformers types this field as int
         "id2label": {str(i): name for i, name in id2label.items()},
@@ -317,7 +330,7 @@ def known_num_heads(
     sources of :func:`infer_geometry` in the same order, without its width convention and
     without refusing the rest of a Hugging Face config (that is for building a model)."""
     if hf_config is not None:
-        return _hf_num_heads(hf_config)
+        return _hf_field(hf_config, "num_attention_heads")
     if (kwargs := _hparams_kwargs(hparams)) is not None:
         return int(kwargs["num_heads"])
     return _neg_scaler_heads(state)
