@@ -31,7 +31,15 @@ from torch.utils.checkpoint import checkpoint
 from .attention import Attention, build_attention
 from .mlp import Mlp
 
-__all__ = ["TimeSformer", "DividedSpaceTimeBlock", "PRESETS", "timesformer"]
+__all__ = [
+    "TimeSformer",
+    "DividedSpaceTimeBlock",
+    "PRESETS",
+    "timesformer",
+    "resample_pos_embed",
+    "resample_time_embed",
+    "init_module",
+]
 
 # Architecture presets: width, depth, heads and patch size. Everything else (frames,
 # resolution, classes, attention) is chosen per experiment.
@@ -43,6 +51,30 @@ PRESETS: dict[str, dict[str, Any]] = {
     # ViT-B/16 geometry: the paper's TimeSformer-B (8 x 224 x 224).
     "base": dict(embed_dim=768, depth=12, num_heads=12, patch_size=16),
 }
+
+
+def resample_pos_embed(pos_embed: Tensor, new_grid: tuple[int, int], old_grid: tuple[int, int], mode: str) -> Tensor:
+    """``pos_embed`` (1, 1 + h*w, D), cls entry first and kept as is, resampled in 2-D from
+    the patch grid ``old_grid`` to ``new_grid`` by ``mode`` (``nearest``, ``bilinear``,
+    ``bicubic``; antialiased when it interpolates). Returned unchanged when the grids agree."""
+    if tuple(new_grid) == tuple(old_grid):
+        return pos_embed
+    return resample_abs_pos_embed(
+        pos_embed, list(new_grid), old_size=list(old_grid), num_prefix_tokens=1,
+        interpolation=mode, antialias=mode in ("bilinear", "bicubic"),
+    )
+
+
+def resample_time_embed(time_embed: Tensor, num_frames: int, mode: str) -> Tensor:
+    """``time_embed`` (1, T, D) resampled in 1-D to ``num_frames`` by ``mode`` (``linear``,
+    half-pixel centres, or ``nearest``). Returned unchanged when T already is ``num_frames``."""
+    if num_frames == time_embed.shape[1]:
+        return time_embed
+    resampled = F.interpolate(
+        rearrange(time_embed, "1 t d -> 1 d t"), size=num_frames,
+        mode=mode, **({"align_corners": False} if mode == "linear" else {}),
+    )
+    return rearrange(resampled, "1 d t -> 1 t d")
 
 
 class PatchEmbed(nn.Module):
@@ -207,7 +239,7 @@ class TimeSformer(nn.Module):
         so that at step 0 the temporal path adds nothing and the model is the image ViT."""
         trunc_normal_(self.pos_embed, std=0.02)
         trunc_normal_(self.cls_token, std=0.02)
-        self.apply(_init_module)
+        self.apply(init_module)
         nn.init.zeros_(self.time_embed)
         for block in self.blocks:
             nn.init.zeros_(block.temporal_fc.weight)
@@ -218,25 +250,14 @@ class TimeSformer(nn.Module):
         self.num_classes = num_classes
         self.head = nn.Linear(self.embed_dim, num_classes) if num_classes > 0 else nn.Identity()
         if num_classes > 0:
-            _init_module(self.head)
+            init_module(self.head)
 
     def _pos_embed(self, grid: tuple[int, int]) -> Tensor:
-        if grid == self.grid:
-            return self.pos_embed
-        antialias = self.embed_interpolation in ("bilinear", "bicubic")
-        return resample_abs_pos_embed(
-            self.pos_embed, list(grid), old_size=list(self.grid), num_prefix_tokens=1,
-            interpolation=self.embed_interpolation, antialias=antialias,
-        )
+        return resample_pos_embed(self.pos_embed, grid, self.grid, self.embed_interpolation)
 
     def _time_embed(self, num_frames: int) -> Tensor:
-        if num_frames == self.time_embed.shape[1]:
-            return self.time_embed
-        resampled = F.interpolate(
-            rearrange(self.time_embed, "1 t d -> 1 d t"), size=num_frames,
-            mode="nearest" if self.embed_interpolation == "nearest" else "linear",
-        )
-        return rearrange(resampled, "1 d t -> 1 t d")
+        mode = "nearest" if self.embed_interpolation == "nearest" else "linear"
+        return resample_time_embed(self.time_embed, num_frames, mode)
 
     def embed(self, video: Tensor) -> Tensor:
         """(B, C, T, H, W) -> tokens (B, 1 + n*T, D) with position and time embeddings."""
@@ -274,7 +295,9 @@ class TimeSformer(nn.Module):
         return {name: m for name, m in self.named_modules() if isinstance(m, Attention)}
 
 
-def _init_module(m: nn.Module) -> None:
+def init_module(m: nn.Module) -> None:
+    """The official initialisation of one module: a Linear trunc-normal(std 0.02) with zero
+    bias, a LayerNorm (1, 0); other modules untouched. For ``Module.apply`` too."""
     if isinstance(m, nn.Linear):
         trunc_normal_(m.weight, std=0.02)
         if m.bias is not None:

@@ -353,6 +353,28 @@ def test_load_time_resampling_matches_the_source_model_run_at_the_new_geometry()
     torch.testing.assert_close(linear.time_embed, expected)
 
 
+
+def test_load_and_forward_time_resampling_agree_with_timm_and_torch():
+    # Import-time (load_pretrained) and forward-time (TimeSformer) resampling share one code
+    # path; both must equal timm's antialiased bicubic 2-D resampling and torch's 1-D linear.
+    from timm.layers import resample_abs_pos_embed
+
+    source = randomise(ours("softmax", embed_interpolation="bicubic"))
+    for side in (6, 2):  # up and down (antialiasing only matters when shrinking)
+        expected_pos = resample_abs_pos_embed(
+            source.pos_embed, [side, side], old_size=[4, 4], num_prefix_tokens=1, interpolation="bicubic", antialias=True
+        )
+        target = ours("softmax", num_frames=8, img_size=8 * side)
+        load_pretrained(target, source.state_dict(), pos_interpolation="bicubic", time_interpolation="linear")
+        with torch.no_grad():
+            torch.testing.assert_close(target.pos_embed, expected_pos)
+            torch.testing.assert_close(source._pos_embed((side, side)), expected_pos)
+    expected_time = F.interpolate(source.time_embed.transpose(1, 2), size=8, mode="linear", align_corners=False).transpose(1, 2)
+    with torch.no_grad():
+        torch.testing.assert_close(target.time_embed, expected_time)
+        torch.testing.assert_close(source._time_embed(8), expected_time)  # bicubic -> linear in time
+
+
 # -- errors and strict mode ----------------------------------------------------------------
 def test_files_that_are_not_checkpoints_give_clear_errors(tmp_path):
     text = tmp_path / "notes.pth"
@@ -446,6 +468,38 @@ def test_command_line_inspect_and_export(tmp_path, capsys):
     with torch.no_grad():
         torch.testing.assert_close(back.eval()(clip()), source(clip()), **TOL)
 
+
+
+def test_layout_errors_name_the_source_and_files_are_converted_once(tmp_path, monkeypatch):
+    with pytest.raises(CheckpointError, match=r"^checkpoint: not a TimeSformer"):
+        detect_layout({"conv1.weight": torch.zeros(1)})
+    with pytest.raises(CheckpointError, match=r"^x\.pth: not a TimeSformer"):
+        detect_layout({"conv1.weight": torch.zeros(1)}, where="x.pth")
+    import dna_video.checkpoints.loading as loading
+
+    calls = []
+    real = loading.to_official
+    monkeypatch.setattr(loading, "to_official", lambda *a: calls.append(a[1]) or real(*a))
+    source = randomise(ours("dna"))
+    model, report = timesformer_from_checkpoint(save(source.state_dict(), tmp_path / "m.pth"), drop_path_rate=0.0)
+    assert calls == ["timesformer"] and report.layout == "timesformer" and not report.initialised
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(clip()), source(clip()), **TOL)
+
+
+def test_hf_config_round_trip_reproduces_the_model_arguments():
+    from dna_video.checkpoints import hf_config_to_kwargs
+    from dna_video.checkpoints.layouts import hf_config_from_model
+
+    args = dict(num_classes=3, img_size=48, patch_size=8, in_chans=2, num_frames=6, embed_dim=32, depth=3,
+                num_heads=4, mlp_ratio=1.5, qkv_bias=False, norm_eps=1e-5)
+    config = hf_config_from_model(TimeSformer(attention="softmax", **args))
+    assert config["intermediate_size"] == 48 and config["qkv_bias"] is False and config["layer_norm_eps"] == 1e-5
+    assert hf_config_to_kwargs(json.loads(json.dumps(config))) == args
+    # Missing fields take transformers' TimesformerConfig defaults (ViT-B/16, 8 x 224 x 224).
+    assert hf_config_to_kwargs({}) == dict(num_classes=2, img_size=224, patch_size=16, in_chans=3, num_frames=8,
+                                           embed_dim=768, depth=12, num_heads=12, mlp_ratio=4.0, qkv_bias=True,
+                                           norm_eps=1e-6)
 
 def test_geometry_inferred_from_a_standard_vit_width():
     state = {k: v for k, v in tiny_vit().state_dict().items()}

@@ -16,19 +16,14 @@ from __future__ import annotations
 import torch
 from einops import rearrange
 from timm.layers import trunc_normal_
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..attention import DenoisingAttention
+from ..timesformer import init_module
 
 __all__ = ["DNA_INIT_POLICIES", "init_negative_branch", "orthogonal_complement_like"]
 
 DNA_INIT_POLICIES = ("random", "scaled_copy", "orthogonal")
-
-
-def _random_(linear: nn.Linear) -> None:
-    trunc_normal_(linear.weight, std=0.02)
-    if linear.bias is not None:
-        nn.init.zeros_(linear.bias)
 
 
 def orthogonal_complement_like(w_pos: Tensor, num_heads: int) -> Tensor:
@@ -74,7 +69,7 @@ def init_negative_branch(attn: DenoisingAttention, policy: str = "random", eps: 
             attn.q_neg.bias.copy_(eps * b_q if b_q is not None else 0.0)
             attn.v_neg.bias.copy_(eps * b_v if b_v is not None else 0.0)
         return
-    _random_(attn.q_neg)
-    _random_(attn.v_neg)
+    init_module(attn.q_neg)
+    init_module(attn.v_neg)
     if policy == "orthogonal":
         attn.v_neg.weight.copy_(orthogonal_complement_like(w_v, attn.num_heads))

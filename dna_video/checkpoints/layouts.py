@@ -38,6 +38,7 @@ __all__ = [
     "LAYOUT_NAMES",
     "HF_BLOCK_NAMES",
     "HF_TOP_NAMES",
+    "HF_CONFIG_FIELDS",
     "detect_layout",
     "to_official",
     "official_to_hf",
@@ -81,14 +82,16 @@ HF_TOP_NAMES = {
 }
 _HF_BLOCK = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
 _OUR_BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)\.(weight|bias)$")
+_BLOCK_INDEX = re.compile(r"^blocks\.(\d+)\.")
 
 # Standard ViT widths and their head counts (head dim 64): used only when a checkpoint
 # gives no other way to know the number of heads.
 VIT_HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16}
 
 
-def detect_layout(state: dict[str, Tensor]) -> str:
-    """Which layout ``state`` (wrappers already removed) is in; a key of :data:`LAYOUT_NAMES`."""
+def detect_layout(state: dict[str, Tensor], where: str = "checkpoint") -> str:
+    """Which layout ``state`` (wrappers already removed) is in; a key of :data:`LAYOUT_NAMES`.
+    ``where`` names the source in the error (e.g. the file path)."""
     keys = list(state)
     if any(k.startswith(("timesformer.", "embeddings.patch_embeddings", "encoder.layer.")) for k in keys):
         return "huggingface"
@@ -99,7 +102,7 @@ def detect_layout(state: dict[str, Tensor]) -> str:
     if "patch_embed.proj.weight" in state and any(re.match(r"blocks\.\d+\.attn\.qkv\.weight$", k) for k in keys):
         return "vit"
     raise CheckpointError(
-        "not a TimeSformer, ViT, DnA or Hugging Face TimeSformer state dict: "
+        f"{where}: not a TimeSformer, ViT, DnA or Hugging Face TimeSformer state dict: "
         f"{len(keys)} tensors, e.g. {keys[:6]}"
     )
 
@@ -179,6 +182,31 @@ def _square(value: Any, what: str) -> int:
     return int(value)
 
 
+# Hugging Face TimeSformer ``config.json`` field -> (our TimeSformer argument, the field's
+# default in transformers). Used both ways; the type of the default is the field's type.
+# Fields not 1:1 (intermediate_size <-> mlp_ratio, id2label / num_labels <-> num_classes,
+# attention_type, hidden_act) are handled where they are used.
+HF_CONFIG_FIELDS: dict[str, tuple[str, Any]] = {
+    "image_size": ("img_size", 224),
+    "patch_size": ("patch_size", 16),
+    "num_channels": ("in_chans", 3),
+    "num_frames": ("num_frames", 8),
+    "hidden_size": ("embed_dim", 768),
+    "num_hidden_layers": ("depth", 12),
+    "num_attention_heads": ("num_heads", 12),
+    "qkv_bias": ("qkv_bias", True),
+    "layer_norm_eps": ("norm_eps", 1e-6),
+}
+_HF_SQUARE_FIELDS = ("image_size", "patch_size")  # an int, or a [h, w] list with h == w
+
+
+def _hf_field(config: dict[str, Any], name: str) -> Any:
+    """``config[name]`` (or transformers' default) as the TimeSformer argument's value."""
+    default = HF_CONFIG_FIELDS[name][1]
+    value = config.get(name, default)
+    return _square(value, name) if name in _HF_SQUARE_FIELDS else type(default)(value)
+
+
 def hf_config_to_kwargs(config: dict[str, Any]) -> dict[str, Any]:
     """:class:`TimeSformer` arguments that reproduce a Hugging Face TimeSformer ``config.json``.
 
@@ -191,50 +219,41 @@ def hf_config_to_kwargs(config: dict[str, Any]) -> dict[str, Any]:
     act = config.get("hidden_act", "gelu")
     if act != "gelu":
         raise CheckpointError(f"config.json: hidden_act={act!r}; the MLP here uses exact GELU ('gelu') only")
-    dim = int(config.get("hidden_size", 768))
+    kwargs = {ours: _hf_field(config, name) for name, (ours, _) in HF_CONFIG_FIELDS.items()}
+    dim = kwargs["embed_dim"]
     hidden = int(config.get("intermediate_size", 4 * dim))
     mlp_ratio = hidden / dim
     if int(dim * mlp_ratio) != hidden:
         raise CheckpointError(f"config.json: intermediate_size={hidden} is not representable as hidden_size * mlp_ratio")
     id2label = config.get("id2label")
     num_classes = len(id2label) if id2label else int(config.get("num_labels", 2))
-    return dict(
-        num_classes=num_classes,
-        img_size=_square(config.get("image_size", 224), "image_size"),
-        patch_size=_square(config.get("patch_size", 16), "patch_size"),
-        in_chans=int(config.get("num_channels", 3)),
-        num_frames=int(config.get("num_frames", 8)),
-        embed_dim=dim,
-        depth=int(config.get("num_hidden_layers", 12)),
-        num_heads=int(config.get("num_attention_heads", 12)),
-        mlp_ratio=mlp_ratio,
-        qkv_bias=bool(config.get("qkv_bias", True)),
-        norm_eps=float(config.get("layer_norm_eps", 1e-6)),
-    )
+    return dict(num_classes=num_classes, **kwargs, mlp_ratio=mlp_ratio)
 
 
 def hf_config_from_model(model: TimeSformer, id2label: dict[int, str] | None = None) -> dict[str, Any]:
     """A Hugging Face ``config.json`` (as a dict) describing ``model`` (softmax attention)."""
     block = model.blocks[0]
-    num_classes = model.num_classes
-    id2label = id2label or {i: f"LABEL_{i}" for i in range(num_classes)}
+    ours = dict(
+        img_size=model.img_size,
+        patch_size=model.patch_size,
+        in_chans=model.patch_embed.proj.in_channels,
+        num_frames=model.num_frames,
+        embed_dim=model.embed_dim,
+        depth=len(model.blocks),
+        num_heads=block.attn.num_heads,
+        qkv_bias=block.attn.qkv.bias is not None,
+        norm_eps=model.norm.eps,
+    )
+    id2label = id2label or {i: f"LABEL_{i}" for i in range(model.num_classes)}
     return {
         "architectures": ["TimesformerForVideoClassification"],
         "model_type": "timesformer",
-        "image_size": model.img_size,
-        "patch_size": model.patch_size,
-        "num_channels": model.patch_embed.proj.in_channels,
-        "num_frames": model.num_frames,
-        "hidden_size": model.embed_dim,
-        "num_hidden_layers": len(model.blocks),
-        "num_attention_heads": block.attn.num_heads,
+        **{name: ours[kwarg] for name, (kwarg, _) in HF_CONFIG_FIELDS.items()},
         "intermediate_size": block.mlp.fc1.out_features,
         "hidden_act": "gelu",
         "hidden_dropout_prob": 0.0,
         "attention_probs_dropout_prob": 0.0,
         "initializer_range": 0.02,
-        "layer_norm_eps": model.norm.eps,
-        "qkv_bias": block.attn.qkv.bias is not None,
         "attention_type": "divided_space_time",
         "drop_path_rate": 0,  # transformers types this field as int
         "id2label": {str(i): name for i, name in id2label.items()},
@@ -242,8 +261,11 @@ def hf_config_from_model(model: TimeSformer, id2label: dict[int, str] | None = N
     }
 
 
-def _hparams_kwargs(hparams: dict[str, Any]) -> dict[str, Any] | None:
-    """Geometry stated by one of our Lightning checkpoints (VideoClassifier hyper-parameters)."""
+def _hparams_kwargs(hparams: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Geometry stated by one of our Lightning checkpoints (VideoClassifier hyper-parameters);
+    None when there are none or they name no preset."""
+    if hparams is None:
+        return None
     arch = hparams.get("arch")
     if arch not in PRESETS:
         return None
@@ -269,13 +291,13 @@ def infer_geometry(
     """
     if hf_config is not None:
         return {**hf_config_to_kwargs(hf_config), "attention": "softmax"}
-    if hparams is not None and (kwargs := _hparams_kwargs(hparams)) is not None:
+    if (kwargs := _hparams_kwargs(hparams)) is not None:
         return kwargs
     if "patch_embed.proj.weight" not in state or "cls_token" not in state:
         raise CheckpointError("cannot infer the geometry: no patch_embed.proj.weight / cls_token")
     proj = state["patch_embed.proj.weight"]
     dim, in_chans, patch = proj.shape[0], proj.shape[1], proj.shape[-1]
-    depth = 1 + max((int(m.group(1)) for k in state if (m := re.match(r"blocks\.(\d+)\.", k))), default=-1)
+    depth = _depth(state)
     if depth == 0:
         raise CheckpointError(
             "cannot infer the geometry: no blocks.N.* tensors (a truncated file, or not a ViT/TimeSformer)"
@@ -293,20 +315,33 @@ def infer_geometry(
         n = state["pos_embed"].shape[1]
         side = math.isqrt(n - 1) if math.isqrt(n - 1) ** 2 == n - 1 else math.isqrt(n)
         kwargs["img_size"] = side * patch
-    if "blocks.0.attn.neg_scalers" in state:
-        kwargs["num_heads"] = state["blocks.0.attn.neg_scalers"].shape[0]
-    elif dim in VIT_HEADS_BY_WIDTH:
-        kwargs["num_heads"] = VIT_HEADS_BY_WIDTH[dim]
+    heads = _neg_scaler_heads(state)
+    if heads is None:
+        heads = VIT_HEADS_BY_WIDTH.get(dim)
+    if heads is not None:
+        kwargs["num_heads"] = heads
     return kwargs
 
 
 def known_num_heads(
     state: dict[str, Tensor], hf_config: dict[str, Any] | None, hparams: dict[str, Any] | None
 ) -> int | None:
-    """The checkpoint's head count when the checkpoint states it (not a convention)."""
+    """The checkpoint's head count when the checkpoint states it (not a convention): the
+    sources of :func:`infer_geometry` in the same order, without its width convention and
+    without refusing the rest of a Hugging Face config (that is for building a model)."""
     if hf_config is not None:
-        return int(hf_config.get("num_attention_heads", 12))
-    if hparams is not None and (kwargs := _hparams_kwargs(hparams)) is not None:
+        return _hf_field(hf_config, "num_attention_heads")
+    if (kwargs := _hparams_kwargs(hparams)) is not None:
         return int(kwargs["num_heads"])
+    return _neg_scaler_heads(state)
+
+
+def _depth(state: dict[str, Tensor]) -> int:
+    """Number of blocks: 1 + the highest ``blocks.N.`` index (0 when there is none)."""
+    return 1 + max((int(m.group(1)) for k in state if (m := _BLOCK_INDEX.match(k))), default=-1)
+
+
+def _neg_scaler_heads(state: dict[str, Tensor]) -> int | None:
+    """The head count of a DnA checkpoint, from its per-head ``neg_scalers`` (else None)."""
     scalers = state.get("blocks.0.attn.neg_scalers")
     return int(scalers.shape[0]) if scalers is not None else None

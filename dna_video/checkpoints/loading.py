@@ -26,19 +26,16 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
-import torch.nn.functional as F
-from einops import rearrange
-from timm.layers import resample_abs_pos_embed, trunc_normal_
 from torch import Tensor, nn
 
 from ..attention import DenoisingAttention
-from ..timesformer import TimeSformer
+from ..timesformer import TimeSformer, init_module, resample_pos_embed, resample_time_embed
 from .dna_init import DNA_INIT_POLICIES, init_negative_branch
 from .io import CheckpointError, RawCheckpoint, read_checkpoint, unwrap_state_dict
-from .layouts import LAYOUT_NAMES, _square, detect_layout, infer_geometry, known_num_heads, to_official
+from .layouts import _BLOCK_INDEX, LAYOUT_NAMES, _depth, detect_layout, infer_geometry, known_num_heads, to_official
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +53,6 @@ UNSUPPORTED = {
     r"^temporal_encoder\.|^temporal_embedding$": "factorised (ViViT-style) encoder",
 }
 _NEG_BRANCH = re.compile(r"\.(q_neg|v_neg)\.(weight|bias)$|\.neg_scalers$")
-_BLOCK = re.compile(r"^blocks\.(\d+)\.")
 
 
 @dataclass
@@ -112,7 +108,7 @@ def _summary(entries: dict[str, str], limit: int = 4) -> list[str]:
     """One ``reason: key patterns`` line per reason, block indices collapsed to ``*``."""
     by_reason: dict[str, dict[str, None]] = defaultdict(dict)
     for key, why in entries.items():
-        by_reason[why][_BLOCK.sub("blocks.*.", key)] = None
+        by_reason[why][_BLOCK_INDEX.sub("blocks.*.", key)] = None
     lines = []
     for why, keys in by_reason.items():
         names = list(keys)
@@ -139,12 +135,20 @@ def _as_raw(source: Any, weights_only: bool | None) -> RawCheckpoint:
     return RawCheckpoint("<in-memory state dict>", "state dict", unwrap_state_dict(source, notes), notes=notes)
 
 
-def _layout(raw: RawCheckpoint) -> str:
-    """:func:`.layouts.detect_layout`, its error naming the file."""
-    try:
-        return detect_layout(raw.state_dict)
-    except CheckpointError as e:
-        raise CheckpointError(f"{raw.path}: {e}") from None
+class _Official(NamedTuple):
+    """A checkpoint read and converted to official names (:func:`.layouts.to_official`)."""
+
+    raw: RawCheckpoint
+    layout: str
+    state: dict[str, Tensor]
+    converted: dict[str, str]
+    unknown: list[str]
+
+
+def _official(raw: RawCheckpoint) -> _Official:
+    """Detect ``raw``'s layout (errors name the file) and convert it, once per import."""
+    layout = detect_layout(raw.state_dict, where=raw.path)
+    return _Official(raw, layout, *to_official(raw.state_dict, layout))
 
 
 def _geometry_hint(state: dict[str, Tensor], raw: RawCheckpoint, model: TimeSformer) -> str:
@@ -160,14 +164,8 @@ def _geometry_hint(state: dict[str, Tensor], raw: RawCheckpoint, model: TimeSfor
     )
 
 
-def _grid_of(pos_embed: Tensor, raw: RawCheckpoint) -> tuple[int, int]:
+def _grid_of(pos_embed: Tensor) -> tuple[int, int]:
     n = pos_embed.shape[1] - 1
-    if raw.hf_config is not None:
-        side = _square(raw.hf_config.get("image_size", 224), "image_size") // _square(
-            raw.hf_config.get("patch_size", 16), "patch_size"
-        )
-        if side * side == n:
-            return side, side
     side = math.isqrt(n)
     if side * side != n:
         raise CheckpointError(f"pos_embed: {n} patch positions do not form a square grid; cannot resample it")
@@ -219,9 +217,10 @@ def load_pretrained(
         raise ValueError(f"unknown dna_init {dna_init!r}; choose one of {list(DNA_INIT_POLICIES)}")
     if time_interpolation not in ("linear", "nearest"):
         raise ValueError(f"unknown time_interpolation {time_interpolation!r}; choose linear or nearest")
-    raw = _as_raw(source, weights_only)
-    layout = _layout(raw)
-    state, converted, unknown = to_official(raw.state_dict, layout)
+    # timesformer_from_checkpoint passes the checkpoint already converted (an _Official).
+    raw, layout, state, converted, unknown = (
+        source if isinstance(source, _Official) else _official(_as_raw(source, weights_only))
+    )
     report = LoadReport(raw.path, raw.container, layout, _describe(model), notes=list(raw.notes))
     report.unused.update({k: "no official TimeSformer name" for k in unknown})
     target = model.state_dict()
@@ -232,7 +231,7 @@ def load_pretrained(
         listed = "; ".join(f"{k} ({what})" for k, what in list(foreign.items())[:8])
         raise CheckpointError(f"{raw.path}: parts this TimeSformer does not implement: {listed}")
     problems = []
-    depth = 1 + max((int(m.group(1)) for k in state if (m := _BLOCK.match(k))), default=-1)
+    depth = _depth(state)
     if depth != len(model.blocks):
         problems.append(f"depth: {depth} blocks in the checkpoint, {len(model.blocks)} in the model")
     heads = known_num_heads(state, raw.hf_config, raw.hparams)
@@ -259,21 +258,14 @@ def load_pretrained(
             # Only patch positions: that cls token had no position embedding (DnA-ViT, DeiT-III).
             pos = torch.cat([pos.new_zeros(1, 1, pos.shape[-1]), pos], dim=1)
             converted["pos_embed"] = "zero cls entry added (the checkpoint's cls token has no position embedding)"
-        grid = _grid_of(pos, raw)
+        grid = _grid_of(pos)
         if grid != model.grid:
-            pos = resample_abs_pos_embed(
-                pos, list(model.grid), old_size=list(grid), num_prefix_tokens=1,
-                interpolation=pos_interpolation, antialias=pos_interpolation in ("bilinear", "bicubic"),
-            )
+            pos = resample_pos_embed(pos, model.grid, grid, pos_interpolation)
             report.resampled["pos_embed"] = f"grid {grid[0]}x{grid[1]} -> {model.grid[0]}x{model.grid[1]} ({pos_interpolation})"
         state["pos_embed"] = pos
     if "time_embed" in state and state["time_embed"].ndim == 3 and state["time_embed"].shape[1] != model.num_frames:
         t_src = state["time_embed"].shape[1]
-        resampled = F.interpolate(
-            rearrange(state["time_embed"].float(), "1 t d -> 1 d t"), size=model.num_frames,
-            mode=time_interpolation, **({"align_corners": False} if time_interpolation == "linear" else {}),
-        )
-        state["time_embed"] = rearrange(resampled, "1 d t -> 1 t d")
+        state["time_embed"] = resample_time_embed(state["time_embed"].float(), model.num_frames, time_interpolation)
         report.resampled["time_embed"] = f"{t_src} -> {model.num_frames} frames ({time_interpolation})"
 
     # -- head: dropped when the class count differs --------------------------------------
@@ -348,8 +340,7 @@ def load_pretrained(
         if why.startswith("zero"):
             target[key].zero_()
     if any(k.startswith("head.") for k in report.initialised) and isinstance(model.head, nn.Linear):
-        trunc_normal_(model.head.weight, std=0.02)
-        nn.init.zeros_(model.head.bias)
+        init_module(model.head)
     for name in negative_missing:
         init_negative_branch(model.get_submodule(name), dna_init, eps=dna_init_eps)
 
@@ -373,9 +364,9 @@ def timesformer_from_checkpoint(
     checkpoint is then adapted: head re-initialised, embeddings resampled, DnA branch
     initialised); ``load_kwargs`` go to :func:`load_pretrained`.
     """
-    raw = read_checkpoint(source, weights_only=weights_only)
-    state, _, _ = to_official(raw.state_dict, _layout(raw))
-    kwargs = {**infer_geometry(state, raw.hf_config, raw.hparams), **overrides}
+    official = _official(read_checkpoint(source, weights_only=weights_only))
+    raw = official.raw
+    kwargs = {**infer_geometry(official.state, raw.hf_config, raw.hparams), **overrides}
     if "num_heads" not in kwargs:
         raise CheckpointError(
             f"{source}: the number of attention heads is not stored in this checkpoint "
@@ -383,5 +374,5 @@ def timesformer_from_checkpoint(
         )
     kwargs.setdefault("num_classes", 0)
     model = TimeSformer(**kwargs)
-    report = load_pretrained(model, raw, **(load_kwargs or {}))
+    report = load_pretrained(model, official, **(load_kwargs or {}))
     return model, report
