@@ -214,7 +214,8 @@ def _geometry_hint(state: dict[str, Tensor], raw: RawCheckpoint, target: TargetM
         geometry = infer_geometry(state, raw.hf_config, raw.hparams)
     except CheckpointError:
         return ""
-    shown = {k: geometry[k] for k in ("embed_dim", "depth", "num_heads", "patch_size", "mlp_ratio", "in_chans") if k in geometry}
+    names = ("embed_dim", "depth", "num_heads", "patch_size", "mlp_ratio", "in_chans")
+    shown = {k: geometry[k] for k in names if k in geometry}
     return (
         f"\nThe checkpoint's geometry: {shown}.\nThe model: {target.description}.\n"
         "Build the model with the checkpoint's width, depth, heads and patch size "
@@ -253,7 +254,8 @@ def _adapt_embeddings(
     if time is not None and time.ndim == 3 and time.shape[1] != target.num_frames:
         mode = options.time_interpolation
         state["time_embed"] = resample_time_embed(time.float(), target.num_frames, mode)
-        steps["time_embed"].append(Step(Reason.FRAMES_RESAMPLED, {"old": time.shape[1], "new": target.num_frames, "mode": mode}))
+        fields = {"old": time.shape[1], "new": target.num_frames, "mode": mode}
+        steps["time_embed"].append(Step(Reason.FRAMES_RESAMPLED, fields))
 
 
 def _drop_head_of_other_classes(state: dict[str, Tensor], target: TargetModel) -> Step | None:
@@ -293,19 +295,22 @@ def _start_step(key: str, head_dropped: Step | None, options: ImportOptions) -> 
     return Step(reason)
 
 
+def _extra_of(key: str, module: str) -> Reason | None:
+    """How ``key`` starts when missing, if it is an attention extra of ``module``."""
+    extra = attention_extra(key)
+    return ATTENTION_EXTRAS[extra[1]][1] if extra is not None and extra[0] == module else None
+
+
 def _refuse_partial_negative_branch(entries: list[Entry], state: dict[str, Tensor], path: str) -> None:
     """A DnA policy sets Q- and V- of a module together from its ``qkv``: a checkpoint that
     has only some of them would be half overwritten."""
-    policy_set = {
-        e.key for e in entries if e.outcome is Outcome.INITIALISED and e.reasons & NEGATIVE_BRANCH_INIT
-    }
-    for module in sorted({e.steps[0].fields["module"] for e in entries if e.key in policy_set}):
-        present = sorted(
-            k for k in state
-            if (extra := attention_extra(k)) and extra[0] == module and ATTENTION_EXTRAS[extra[1]][1] is Reason.DNA_INIT
-        )
+    policy_set: dict[str, list[str]] = defaultdict(list)  # attention module -> its keys
+    for e in entries:
+        if e.outcome is Outcome.INITIALISED and e.reasons & NEGATIVE_BRANCH_INIT:
+            policy_set[e.steps[0].fields["module"]].append(e.key)
+    for module, missing in policy_set.items():
+        present = [k for k in state if _extra_of(k, module) is Reason.DNA_INIT]
         if present:
-            missing = sorted(k for k in policy_set if k.startswith(module + "."))
             raise CheckpointError(
                 f"{path}: {module} has only part of its negative branch: {present} in the checkpoint, "
                 f"{missing} not (a dna_init policy sets Q- and V- together)"

@@ -24,7 +24,7 @@ from .report import LoadReport
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LoadReport", "load_pretrained", "initialise_missing", "timesformer_from_checkpoint"]
+__all__ = ["LoadReport", "load_pretrained", "initialise_missing", "read_official", "timesformer_from_checkpoint"]
 
 
 def _as_raw(source: Any, weights_only: bool | None) -> RawCheckpoint:
@@ -36,8 +36,13 @@ def _as_raw(source: Any, weights_only: bool | None) -> RawCheckpoint:
     return RawCheckpoint("<in-memory state dict>", "state dict", unwrap_state_dict(source, notes), notes=notes)
 
 
-def _official(raw: RawCheckpoint) -> OfficialCheckpoint:
-    """Detect ``raw``'s layout (errors name the file) and rename it, once per import."""
+def read_official(
+    source: str | Path | dict[str, Tensor] | RawCheckpoint, weights_only: bool | None = None
+) -> OfficialCheckpoint:
+    """Read ``source`` (a file, folder, state dict or :class:`RawCheckpoint`), detect its layout
+    (errors name the file) and rename it into official names: the input of
+    :func:`.conversion.convert_checkpoint`."""
+    raw = _as_raw(source, weights_only)
     layout = detect_layout(raw.state_dict, where=raw.path)
     return OfficialCheckpoint(raw, layout, *to_official(raw.state_dict, layout))
 
@@ -89,7 +94,7 @@ def load_pretrained(
     """
     options = ImportOptions(dna_init, dna_init_eps, negate_v_neg, pos_interpolation, time_interpolation)
     # timesformer_from_checkpoint passes the checkpoint already renamed.
-    checkpoint = source if isinstance(source, OfficialCheckpoint) else _official(_as_raw(source, weights_only))
+    checkpoint = source if isinstance(source, OfficialCheckpoint) else read_official(source, weights_only)
     state, report = convert_checkpoint(checkpoint, TargetModel.of(model), options)
     if strict and report.problems():
         raise CheckpointError(
@@ -139,7 +144,7 @@ def timesformer_from_checkpoint(
     checkpoint is then adapted: head re-initialised, embeddings resampled, DnA branch
     initialised); ``load_kwargs`` go to :func:`load_pretrained`.
     """
-    official = _official(read_checkpoint(source, weights_only=weights_only))
+    official = read_official(source, weights_only)
     raw = official.raw
     kwargs = {**infer_geometry(official.state, raw.hf_config, raw.hparams), **overrides}
     if "num_heads" not in kwargs:

@@ -4,10 +4,11 @@ as a short table."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .layouts import _BLOCK_INDEX, LAYOUT_NAMES
+from .layouts import LAYOUT_NAMES
 from .outcomes import Entry, Outcome
 
 __all__ = ["LoadReport"]
@@ -88,11 +89,15 @@ class LoadReport:
         return "\n".join(lines)
 
 
+_BLOCK_INDEX_ANYWHERE = re.compile(r"\bblocks\.\d+\.")
+
+
 def _summary(entries: dict[str, str], limit: int = 4) -> list[str]:
-    """One ``reason: key patterns`` line per reason, block indices collapsed to ``*``."""
+    """One ``reason: key patterns`` line per reason, block indices collapsed to ``*`` (in the
+    keys and in reasons that name a key, e.g. ``split from fused blocks.*.attn.qqkvv.weight``)."""
     by_reason: dict[str, dict[str, None]] = defaultdict(dict)
     for key, why in entries.items():
-        by_reason[why][_BLOCK_INDEX.sub("blocks.*.", key)] = None
+        by_reason[_BLOCK_INDEX_ANYWHERE.sub("blocks.*.", why)][_BLOCK_INDEX_ANYWHERE.sub("blocks.*.", key)] = None
     lines = []
     for why, keys in by_reason.items():
         names = list(keys)
