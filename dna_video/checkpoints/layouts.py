@@ -210,8 +210,8 @@ UNSUPPORTED = {
 # parameters the model's temporal attention has are copied, DnA's included.
 TEMPORAL_FROM_SPATIAL = {".temporal_attn.": (".attn.", "attention"), ".temporal_norm1.": (".norm1.", "norm1")}
 
-# A checkpoint tensor the model lacks that starts at zero, so that the video model starts as
-# the image model: the temporal path's output layer and the time embedding.
+# Model tensors that start at zero when the checkpoint lacks them (image checkpoints), so that
+# the video model starts as the image model: the temporal path's output layer, time_embed.
 ZERO_AT_START = re.compile(r"^time_embed$|\.temporal_fc\.(weight|bias)$")
 
 # Parameters attention kinds add to softmax attention's ``qkv`` / ``proj``, by name: the part
