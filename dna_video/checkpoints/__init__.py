@@ -11,29 +11,45 @@ Supported sources (all into both the softmax and the DnA model):
   dict), with the model geometry from its ``config.json``;
 * this project's Lightning checkpoints.
 
-Where things are: :mod:`.io` reads files, :mod:`.layouts` holds the key maps and geometry,
-:mod:`.dna_init` the negative-branch policies, :mod:`.loading` the import and its report,
-:mod:`.export` the Hugging Face export. ``python -m dna_video.checkpoints --help`` inspects
-and exports from the command line.
+Where things are: :mod:`.io` reads files; :mod:`.layouts` holds the key maps, the
+architecture facts and the geometry; :mod:`.conversion` the pure conversion (checkpoint +
+target model -> state dict + report); :mod:`.outcomes` / :mod:`.report` the report as data;
+:mod:`.loading` the import (conversion, ``load_state_dict``, initialisations the report calls
+for); :mod:`.dna_init` the negative-branch policies; :mod:`.export` the Hugging Face and
+reference TimeSformer exports. ``python -m dna_video.checkpoints --help`` inspects and exports
+from the command line.
 """
 
+from .conversion import ImportOptions, TargetModel, convert_checkpoint
 from .dna_init import DNA_INIT_POLICIES, init_negative_branch
-from .export import export_huggingface
+from .export import export_huggingface, export_reference
 from .io import CheckpointError, RawCheckpoint, read_checkpoint
 from .layouts import detect_layout, hf_config_to_kwargs, infer_geometry
-from .loading import LoadReport, load_pretrained, timesformer_from_checkpoint
+from .loading import initialise_missing, load_pretrained, read_official, timesformer_from_checkpoint
+from .outcomes import Entry, Outcome, Reason, Step
+from .report import LoadReport
 
 __all__ = [
     "CheckpointError",
     "DNA_INIT_POLICIES",
+    "Entry",
+    "ImportOptions",
     "LoadReport",
+    "Outcome",
     "RawCheckpoint",
+    "Reason",
+    "Step",
+    "TargetModel",
+    "convert_checkpoint",
     "detect_layout",
     "export_huggingface",
+    "export_reference",
     "hf_config_to_kwargs",
     "infer_geometry",
     "init_negative_branch",
+    "initialise_missing",
     "load_pretrained",
     "read_checkpoint",
+    "read_official",
     "timesformer_from_checkpoint",
 ]

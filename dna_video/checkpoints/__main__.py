@@ -1,7 +1,16 @@
-"""Command line: inspect a checkpoint, or export a softmax model to Hugging Face.
+"""Command line: inspect a checkpoint, or export a trained model to Hugging Face or back to the
+reference TimeSformer's own format.
 
     python -m dna_video.checkpoints inspect PATH [--num-heads N]
     python -m dna_video.checkpoints export-hf CHECKPOINT OUT_DIR [--class-names FILE]
+    python -m dna_video.checkpoints export-ref CHECKPOINT OUT.pyth [--epoch N]
+
+CHECKPOINT is any importable checkpoint (a .ckpt of this project, a .pyth, a Hugging Face
+folder...). export-hf writes a softmax model as a save_pretrained folder. export-ref writes a
+softmax or DnA model as the reference TimeSformer's .pyth ('model_state' with every official
+key under 'model.', 'epoch', 'cfg'), the file the authors' code loads (TEST.CHECKPOINT_FILE_PATH
+or TRAIN.CHECKPOINT_FILE_PATH); it imports CHECKPOINT strictly, so the file holds exactly the
+trained model.
 """
 
 from __future__ import annotations
@@ -10,30 +19,43 @@ import argparse
 import sys
 from pathlib import Path
 
-from .export import export_huggingface
+from .export import export_huggingface, export_reference
 from .io import CheckpointError
 from .loading import timesformer_from_checkpoint
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dna_video.checkpoints", description=__doc__.splitlines()[0])
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m dna_video.checkpoints",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    inspect = sub.add_parser("inspect", help="layout, geometry and loading report of a checkpoint")
-    inspect.add_argument("path", help="checkpoint file or Hugging Face folder")
-    inspect.add_argument("--num-heads", type=int, help="attention heads, when the checkpoint does not say")
-    export = sub.add_parser("export-hf", help="write a softmax TimeSformer checkpoint as a Hugging Face folder")
+    heads = argparse.ArgumentParser(add_help=False)
+    heads.add_argument("--num-heads", type=int, help="attention heads, when the checkpoint does not say")
+    inspect = sub.add_parser("inspect", parents=[heads], help="layout, geometry and loading report of a checkpoint")
+    inspect.add_argument("checkpoint", help="checkpoint file or Hugging Face folder")
+    export = sub.add_parser("export-hf", parents=[heads], help="write a softmax TimeSformer as a Hugging Face folder")
     export.add_argument("checkpoint", help="checkpoint of a softmax TimeSformer (e.g. a .ckpt of this project)")
     export.add_argument("out_dir", help="folder to write config.json and model.safetensors to")
     export.add_argument("--class-names", help="text file with one class name per line, in label order")
-    export.add_argument("--num-heads", type=int, help="attention heads, when the checkpoint does not say")
-    args = parser.parse_args(argv)
+    reference = sub.add_parser(
+        "export-ref", parents=[heads],
+        help="write a softmax or DnA TimeSformer as the reference TimeSformer's .pyth (model_state, model. prefix)",
+    )
+    reference.add_argument("checkpoint", help="checkpoint of a trained TimeSformer (e.g. a .ckpt of this project)")
+    reference.add_argument("out", help="file to write, e.g. model.pyth")
+    reference.add_argument("--epoch", type=int, default=0, help="the file's 'epoch' entry (default 0)")
+    return parser
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     overrides = {"num_heads": args.num_heads} if args.num_heads else {}
     try:
         model, report = timesformer_from_checkpoint(
-            args.path if args.command == "inspect" else args.checkpoint,
-            load_kwargs={"log_report": False},
-            **overrides,
+            args.checkpoint, load_kwargs={"log_report": False, "strict": args.command == "export-ref"}, **overrides
         )
         print(report.table())
         if args.command == "export-hf":
@@ -41,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
             names = [n.strip() for n in names if n.strip()] if names else None
             out = export_huggingface(model, args.out_dir, names)
             print(f"wrote {out / 'config.json'} and {out / 'model.safetensors'}")
+        elif args.command == "export-ref":
+            print(f"wrote {export_reference(model, args.out, epoch=args.epoch)}")
     except (CheckpointError, FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -1,7 +1,11 @@
-"""Export of a trained softmax TimeSformer to a Hugging Face ``save_pretrained`` folder
-(``config.json`` + ``model.safetensors``) that ``TimesformerForVideoClassification
-.from_pretrained`` reads, so a model trained here can be shared. DnA has no Hugging Face
-counterpart, so only softmax models export."""
+"""Export of a trained TimeSformer:
+
+* to a Hugging Face ``save_pretrained`` folder (``config.json`` + ``model.safetensors``) that
+  ``TimesformerForVideoClassification.from_pretrained`` reads, so a model trained here can be
+  shared. DnA has no Hugging Face counterpart, so only softmax models export;
+* to the reference TimeSformer's own checkpoint file (``.pyth``: ``model_state`` with every
+  key under ``model.``, ``epoch``, ``cfg``), softmax or DnA, so that results can be checked
+  with the authors' code."""
 
 from __future__ import annotations
 
@@ -9,13 +13,19 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+import yaml
 from safetensors.torch import save_file
 
 from ..timesformer import TimeSformer
+from .conversion import TargetModel
 from .io import CheckpointError
-from .layouts import hf_config_from_model, official_to_hf
+from .layouts import hf_config_from_model, official_to_hf, official_to_reference
 
-__all__ = ["export_huggingface"]
+__all__ = ["export_huggingface", "export_reference"]
+
+# Attention kinds the reference TimeSformer has: the official one and the DnA fork's.
+REFERENCE_ATTENTIONS = ("softmax", "dna")
 
 
 def export_huggingface(model: TimeSformer, folder: str | Path, class_names: Sequence[str] | None = None) -> Path:
@@ -40,3 +50,31 @@ def export_huggingface(model: TimeSformer, folder: str | Path, class_names: Sequ
     # transformers refuses safetensors files without this metadata.
     save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
     return folder
+
+
+def reference_cfg(model: TimeSformer) -> str:
+    """The ``cfg`` entry of a reference checkpoint: the official config's fields that describe
+    ``model`` (its YAML dump), with our full model description as a comment."""
+    fields = {
+        "DATA": {"NUM_FRAMES": model.num_frames, "TRAIN_CROP_SIZE": model.img_size, "TEST_CROP_SIZE": model.img_size},
+        "MODEL": {"ARCH": "vit", "NUM_CLASSES": model.num_classes},
+        "TIMESFORMER": {"ATTENTION_TYPE": "divided_space_time"},
+    }
+    return f"# exported by dna-video: {TargetModel.of(model).description}\n" + yaml.safe_dump(fields, sort_keys=False)
+
+
+def export_reference(model: TimeSformer, path: str | Path, epoch: int = 0) -> Path:
+    """Write ``model`` (softmax or DnA) to ``path`` as the reference TimeSformer's checkpoint
+    file: ``{"model_state": {"model.<official name>": tensor}, "epoch": epoch, "cfg": YAML}``.
+    Returns the path."""
+    if model.attention not in REFERENCE_ATTENTIONS:
+        raise CheckpointError(
+            f"the reference TimeSformer has {' and '.join(REFERENCE_ATTENTIONS)} attention, not {model.attention!r}"
+        )
+    if model.num_classes == 0:
+        raise CheckpointError("the model has no classification head (num_classes=0); the reference loads a head")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().contiguous() for k, v in official_to_reference(model.state_dict()).items()}
+    torch.save({"model_state": state, "epoch": epoch, "cfg": reference_cfg(model)}, path)
+    return path

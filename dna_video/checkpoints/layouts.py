@@ -11,12 +11,16 @@ layout                        recognised by / converted how
                               TimeSformer, DnA reference and this project; names used as is
 ``vit``                       image ViT (timm layout, also DnA-ViT with separate ``q_neg``/
                               ``v_neg``): names used as is; the temporal path is filled in
-                              at load time (see :mod:`.loading`)
+                              at conversion (see :mod:`.conversion`)
 ``dna_vit_fused``             DnA-ViT ``attn.qqkvv`` rows [Q+; Q-; K; V+; V-], split into
                               ``qkv`` [Q+; K; V+], ``q_neg``, ``v_neg``
 ``huggingface``               ``TimesformerForVideoClassification`` / ``TimesformerModel``:
                               renamed by :data:`HF_BLOCK_NAMES` / :data:`HF_TOP_NAMES`
 ============================  ==============================================================
+
+The architecture facts a conversion relies on (temporal path copied from the spatial one,
+``temporal_fc`` / ``time_embed`` zero, ``pos_embed`` without a cls entry, the sign of V-, the
+parameters each attention kind adds, what is refused) are stated here, beside the key maps.
 
 Geometry (width, depth, heads, patch, ...) is read from a Hugging Face ``config.json``, from
 our Lightning hyper-parameters, or inferred from tensor shapes.
@@ -33,6 +37,7 @@ from torch import Tensor
 
 from ..timesformer import PRESETS, TimeSformer
 from .io import CheckpointError
+from .outcomes import Reason, Step
 
 __all__ = [
     "LAYOUT_NAMES",
@@ -42,6 +47,7 @@ __all__ = [
     "detect_layout",
     "to_official",
     "official_to_hf",
+    "official_to_reference",
     "hf_config_to_kwargs",
     "hf_config_from_model",
     "infer_geometry",
@@ -140,9 +146,9 @@ def official_to_hf(state: dict[str, Tensor]) -> dict[str, Tensor]:
     return out
 
 
-def split_fused_qqkvv(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, str]]:
+def split_fused_qqkvv(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, Step]]:
     """Split every DnA-ViT ``attn.qqkvv`` ([Q+; Q-; K; V+; V-] rows) into ``qkv`` [Q+; K; V+],
-    ``q_neg`` and ``v_neg``. Returns the new dict and ``new key -> note`` for the report."""
+    ``q_neg`` and ``v_neg``. Returns the new dict and ``new key -> step`` for the report."""
     out, notes = {}, {}
     for key, value in state.items():
         if ".qqkvv." not in key:
@@ -155,22 +161,102 @@ def split_fused_qqkvv(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict
         for name, tensor in parts.items():
             new = key.replace(".qqkvv.", f".{name}.")
             out[new] = tensor
-            notes[new] = f"split from fused {key}"
+            notes[new] = Step(Reason.SPLIT_FROM_FUSED, {"source": key})
     return out, notes
 
 
-def to_official(state: dict[str, Tensor], layout: str) -> tuple[dict[str, Tensor], dict[str, str], list[str]]:
-    """``state`` in official names: ``(tensors, converted key -> note, source keys with no
+def to_official(state: dict[str, Tensor], layout: str) -> tuple[dict[str, Tensor], dict[str, Step], list[str]]:
+    """``state`` in official names: ``(tensors, converted key -> step, source keys with no
     official name)``."""
     if layout == "huggingface":
         out, unknown = hf_to_official(state)
-        return out, {k: "renamed from Hugging Face names" for k in out}, unknown
+        return out, {k: Step(Reason.RENAMED_FROM_HF) for k in out}, unknown
     if layout == "dna_vit_fused":
         out, notes = split_fused_qqkvv(state)
         return out, notes, []
     if layout in ("timesformer", "vit"):
         return dict(state), {}, []
     raise ValueError(f"unknown layout {layout!r}")
+
+
+# The DnA reference's own files: the official TimeSformer's ``.pyth`` container, every key
+# under the ``model.`` attribute of its wrapper (see :func:`.export.export_reference`).
+REFERENCE_PREFIX = "model."
+
+
+def official_to_reference(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Official (our) names -> the reference TimeSformer's ``model_state`` keys. Our names are
+    the reference's (``attn.qkv``, ``attn.q_neg``, ``attn.v_neg``, ``attn.neg_scalers``, the
+    same under ``temporal_attn``), and its TimeSformer fork ADDS the negative branch as ours
+    does: only the prefix changes."""
+    return {REFERENCE_PREFIX + k: v for k, v in state.items()}
+
+
+# -- architecture facts used when converting (see :mod:`.conversion`) ----------------------
+# Parameters of architectures this TimeSformer does not implement: importing them would
+# silently change the function, so they are refused rather than dropped.
+UNSUPPORTED = {
+    r"\.ls[12]\.(gamma|weight)$": "LayerScale",
+    r"\.(q_norm|k_norm)\.": "QK normalisation",
+    r"^norm_pre\.": "pre-norm before the blocks",
+    r"^fc_norm\.": "global-average-pool head norm",
+    r"^reg_token$": "register tokens",
+    r"^dist_token$": "distillation token",
+    r"^temporal_encoder\.|^temporal_embedding$": "factorised (ViViT-style) encoder",
+}
+
+# Image checkpoints have no temporal path: the official convention starts it as a copy of
+# the spatial one (model name fragment -> (checkpoint name fragment, what it is)). Whatever
+# parameters the model's temporal attention has are copied, DnA's included.
+TEMPORAL_FROM_SPATIAL = {".temporal_attn.": (".attn.", "attention"), ".temporal_norm1.": (".norm1.", "norm1")}
+
+# Model tensors that start at zero when the checkpoint lacks them (image checkpoints), so that
+# the video model starts as the image model: the temporal path's output layer, time_embed.
+ZERO_AT_START = re.compile(r"^time_embed$|\.temporal_fc\.(weight|bias)$")
+
+# Parameters attention kinds add to softmax attention's ``qkv`` / ``proj``, by name: the part
+# of the method they belong to (reported when a model of another kind leaves them unused) and
+# how the model's tensor starts when the checkpoint has none. A new attention kind adds its
+# parameters here; which ones a model needs is read from its own state dict.
+ATTENTION_EXTRAS: dict[str, tuple[str, Reason]] = {
+    "q_neg": ("negative branch", Reason.DNA_INIT),
+    "v_neg": ("negative branch", Reason.DNA_INIT),
+    "neg_scalers": ("negative branch", Reason.ALPHA_INIT),
+}
+_ATTENTION_PARAM = re.compile(r"\.(?:temporal_)?attn\.([^.]+)(?:\.(?:weight|bias))?$")
+
+# Implementations that SUBTRACT the negative branch (the reference's ``vit/dna.py``, VisCoP)
+# hold V- with the opposite sign of ours (and of the reference's TimeSformer fork).
+SUBTRACTED_BRANCH = re.compile(r"\.v_neg\.(weight|bias)$")
+
+
+def attention_extra(key: str) -> tuple[str, str] | None:
+    """``(attention module, parameter name)`` when ``key`` is a parameter of
+    :data:`ATTENTION_EXTRAS`, e.g. ``("blocks.0.attn", "q_neg")``; else None."""
+    m = _ATTENTION_PARAM.search(key)
+    if m is None or m.group(1) not in ATTENTION_EXTRAS:
+        return None
+    return key[: m.start(1) - 1], m.group(1)
+
+
+def spatial_source(key: str) -> tuple[str, str] | None:
+    """``(checkpoint key, what it is)`` a temporal-path model key is copied from; else None."""
+    for temporal, (spatial, what) in TEMPORAL_FROM_SPATIAL.items():
+        if temporal in key:
+            return key.replace(temporal, spatial), what
+    return None
+
+
+def lacks_cls_position(pos_embed: Tensor) -> bool:
+    """True for a ``pos_embed`` of patch positions only (a square count: DnA-ViT, DeiT-III,
+    whose cls token has no position embedding); TimeSformer's has the cls entry first."""
+    n = pos_embed.shape[1]
+    return n > 1 and math.isqrt(n) ** 2 == n
+
+
+def add_cls_position(pos_embed: Tensor) -> Tensor:
+    """A zero cls entry in front: the cls token keeps seeing no position embedding."""
+    return torch.cat([pos_embed.new_zeros(1, 1, pos_embed.shape[-1]), pos_embed], dim=1)
 
 
 # -- geometry -----------------------------------------------------------------------------

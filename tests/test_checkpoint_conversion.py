@@ -1,0 +1,157 @@
+"""Checkpoint conversion as data (the report's reasons drive the initialisations), head values
+after an import, the official TimeSformer's flattened 1-D resampling, and the export back to
+the reference TimeSformer's .pyth."""
+
+import pytest
+import torch
+from test_checkpoints import TOL, clip, ours, randomise, save, tiny_vit
+
+from dna_video.checkpoints import (
+    CheckpointError,
+    Outcome,
+    Reason,
+    TargetModel,
+    convert_checkpoint,
+    export_reference,
+    load_pretrained,
+    read_official,
+    timesformer_from_checkpoint,
+)
+from dna_video.checkpoints.__main__ import main as checkpoints_main
+
+
+def sentinel_head(model, value=7.0):
+    """A head no import would produce, so that what the import leaves is its own doing."""
+    with torch.no_grad():
+        model.head.weight.fill_(value)
+        model.head.bias.fill_(value)
+    return model
+
+
+# -- head values --------------------------------------------------------------------------------
+@pytest.mark.parametrize("source", ["timesformer", "vit"])
+def test_head_of_another_class_count_is_freshly_initialised(tmp_path, source):
+    checkpoint = randomise(ours("softmax", num_classes=9) if source == "timesformer" else tiny_vit(num_classes=9))
+    old_head = checkpoint.head.weight.detach().clone()
+    model = sentinel_head(ours("softmax", num_classes=64))
+    report = load_pretrained(model, save(checkpoint.state_dict(), tmp_path / "m.pth"))
+    assert report.unused["head.weight"] == "classes differ: 9 in the checkpoint, 64 here"
+    head = model.head.weight.detach()
+    # Not the checkpoint's rows (std 0.1 there), and no row of it anywhere in the new head.
+    assert not torch.allclose(head[:9], old_head, atol=1e-3)
+    assert torch.cdist(head, old_head).min() > 0.1
+    # timm's trunc_normal_(std=0.02) on 64 x 32 values, zero bias.
+    assert 0.018 < head.std().item() < 0.022 and abs(head.mean().item()) < 0.002
+    assert head.abs().max() < 0.1
+    assert torch.count_nonzero(model.head.bias) == 0
+
+
+def test_head_of_the_same_class_count_is_the_checkpoints():
+    checkpoint = randomise(ours("dna", num_classes=5))
+    model = sentinel_head(ours("dna", num_classes=5))
+    report = load_pretrained(model, checkpoint.state_dict())
+    assert "head.weight" in report.loaded and "head.weight" not in report.initialised
+    assert torch.equal(model.head.weight, checkpoint.head.weight)
+    assert torch.equal(model.head.bias, checkpoint.head.bias)
+
+
+# -- the conversion is pure; the report is data ----------------------------------------------------
+def test_conversion_returns_data_and_leaves_the_model_alone():
+    source = randomise(tiny_vit(num_classes=3))
+    model = ours("dna", num_frames=8, img_size=48)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    state, report = convert_checkpoint(read_official(source.state_dict()), TargetModel.of(model))
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    # What the model needs and the checkpoint lacks is absent; the rest has the model's shapes.
+    assert set(state) | set(report.initialised) == set(before)
+    assert all(state[k].shape == before[k].shape for k in state)
+    reasons = {e.key: e.steps[0].reason for e in report.of(Outcome.INITIALISED)}
+    assert reasons["head.weight"] is Reason.HEAD_CLASSES_DIFFER
+    assert reasons["blocks.1.temporal_fc.bias"] is Reason.ZERO_START
+    assert reasons["blocks.0.temporal_attn.v_neg.weight"] is Reason.DNA_INIT
+    assert reasons["blocks.0.attn.neg_scalers"] is Reason.ALPHA_INIT
+    assert reasons["time_embed"] is Reason.ZERO_START  # an image checkpoint: nothing to resample
+    (pos_entry,) = report.of(Outcome.RESAMPLED)
+    assert pos_entry.key == "pos_embed" and pos_entry.steps[0].fields == {"old": (4, 4), "new": (6, 6), "mode": "bicubic"}
+    copied = {e.key: e.steps for e in report.of(Outcome.CONVERTED)}
+    assert copied["blocks.0.temporal_attn.qkv.weight"][0].reason is Reason.COPIED_FROM_SPATIAL
+    # The state loads with torch's own strictness check (only the reported keys missing).
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert set(missing) == set(report.initialised) and not unexpected
+
+
+def test_a_checkpoint_with_half_a_negative_branch_is_refused():
+    state = randomise(ours("dna")).state_dict()
+    del state["blocks.1.attn.v_neg.weight"]
+    model = ours("dna")
+    with pytest.raises(CheckpointError, match=r"blocks\.1\.attn has only part of its negative branch"):
+        load_pretrained(model, state)
+
+
+# -- the official TimeSformer's own resampling ------------------------------------------------------
+@pytest.mark.parametrize("side, frames", [(6, 8), (3, 3), (2, 2)])
+def test_flat_nearest_is_the_official_1d_resampling_of_the_flattened_sequence(side, frames):
+    source = randomise(ours("dna"))  # 4 x 4 patches, 4 frames
+    target = ours("dna", num_frames=frames, img_size=8 * side)
+    report = load_pretrained(target, source.state_dict(), pos_interpolation="flat_nearest", time_interpolation="nearest")
+    assert report.resampled["pos_embed"] == f"grid 4x4 -> {side}x{side} (flat_nearest)"
+    # Written out: new position i takes old position floor(i * N_old / N_new) of the
+    # row-major patch sequence, the cls entry is kept; the same in time.
+    n_new = side * side
+    patches = source.pos_embed[0, 1:]
+    expected = torch.cat([source.pos_embed[0, :1], patches[[i * 16 // n_new for i in range(n_new)]]])
+    torch.testing.assert_close(target.pos_embed[0], expected, rtol=0, atol=0)
+    expected_time = source.time_embed[0, [t * 4 // frames for t in range(frames)]]
+    torch.testing.assert_close(target.time_embed[0], expected_time, rtol=0, atol=0)
+    # Not the 2-D nearest resampling: the flattened sequence ignores the grid's rows.
+    grid_2d = ours("dna", num_frames=frames, img_size=8 * side)
+    load_pretrained(grid_2d, source.state_dict(), pos_interpolation="nearest")
+    assert not torch.equal(grid_2d.pos_embed, target.pos_embed)
+
+
+def test_unknown_interpolation_is_refused_before_reading():
+    with pytest.raises(ValueError, match="unknown pos_interpolation 'area'; choose one of"):
+        load_pretrained(ours(), "does-not-matter.pth", pos_interpolation="area")
+
+
+# -- export back to the reference TimeSformer --------------------------------------------------------
+def lightning_checkpoint(model, path, attention):
+    """A checkpoint as this project's Lightning module writes it: the network under 'net.',
+    its geometry in the hyper-parameters."""
+    hparams = {"arch": "tiny", "net_kwargs": {"embed_dim": 32, "depth": 2, "num_heads": 2, "mlp_ratio": 2.0},
+               "num_classes": model.num_classes, "num_frames": 4, "img_size": 32, "attention": attention}
+    return save({"pytorch-lightning_version": "2.6.6", "epoch": 3, "global_step": 12,
+                 "state_dict": {f"net.{k}": v for k, v in model.state_dict().items()},
+                 "hyper_parameters": hparams}, path)
+
+
+@pytest.mark.parametrize("attention", ["softmax", "dna"])
+def test_export_ref_writes_the_reference_layout_and_reads_back_to_equal_logits(tmp_path, attention):
+    source = randomise(ours(attention, num_classes=3))
+    ckpt = lightning_checkpoint(source, tmp_path / "last.ckpt", attention)
+    out = tmp_path / "ref" / "model.pyth"
+    assert checkpoints_main(["export-ref", str(ckpt), str(out), "--epoch", "15"]) == 0
+
+    raw = torch.load(out, map_location="cpu", weights_only=True)
+    assert set(raw) == {"model_state", "epoch", "cfg"} and raw["epoch"] == 15
+    state = raw["model_state"]
+    assert all(k.startswith("model.") for k in state)
+    assert set(state) == {f"model.{k}" for k in source.state_dict()}
+    assert {"model.head.weight", "model.head.bias", "model.blocks.0.attn.qkv.weight",
+            "model.blocks.1.temporal_attn.qkv.bias"} <= set(state)
+    dna_keys = {"model.blocks.0.attn.q_neg.weight", "model.blocks.0.attn.v_neg.bias", "model.blocks.0.attn.neg_scalers",
+                "model.blocks.1.temporal_attn.q_neg.bias", "model.blocks.1.temporal_attn.v_neg.weight",
+                "model.blocks.1.temporal_attn.neg_scalers"}
+    assert dna_keys <= set(state) if attention == "dna" else not dna_keys & set(state)
+    assert torch.equal(state["model.blocks.1.attn.qkv.weight"], source.blocks[1].attn.qkv.weight)
+    assert "NUM_CLASSES: 3" in raw["cfg"] and "NUM_FRAMES: 4" in raw["cfg"]
+
+    back, report = timesformer_from_checkpoint(out, num_heads=2, drop_path_rate=0.0)
+    assert report.layout == "timesformer" and len(report.loaded) == len(state) and not report.problems()
+    with torch.no_grad():
+        torch.testing.assert_close(back.eval()(clip()), source(clip()), **TOL)
+
+
+def test_export_ref_refuses_a_model_without_head(tmp_path):
+    with pytest.raises(CheckpointError, match="no classification head"):
+        export_reference(ours("dna", num_classes=0), tmp_path / "x.pyth")
