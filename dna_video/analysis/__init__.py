@@ -1,0 +1,1 @@
+"""Tools to study DnA: evaluation reports, attention maps, subspace analysis."""
