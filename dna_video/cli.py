@@ -6,6 +6,8 @@
   every epoch; a rich progress bar; the full config saved beside each run's logs; training
   clips/s, data-wait share and peak memory logged every epoch (``perf/*``).
 * ``predict`` writes ``predictions.csv`` (one row per video) into the run folder.
+* ``test`` writes ``test_metrics.json``, ``test_predictions.csv`` and ``test_confusion.png``
+  into the run folder (:class:`~dna_video.callbacks.test_report.TestReportWriter`).
 * ``fit --test_after_fit true`` tests the best checkpoint right after training, in the same
   process (the quickstart's one-command train-and-test).
 """
@@ -23,6 +25,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from .callbacks.test_report import TestReportWriter
 from .data import listfile, ntu, smarthome, synthetic  # noqa: F401  (DataModules known by their short names)
 from .data.datamodule import VideoDataModule
 from .module import VideoClassifier
@@ -55,6 +58,7 @@ class DnACLI(LightningCLI):
         config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
         callbacks = [
             PredictionWriter(),  # acts only in `predict`: one CSV row per video
+            TestReportWriter(),  # acts only in `test`: metrics JSON, predictions CSV, confusion PNG
             ThroughputMonitor(),  # clips/s, data-wait share and peak memory per training epoch
         ]
         if config.trainer.get("enable_checkpointing") is not False:

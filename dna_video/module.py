@@ -25,6 +25,7 @@ from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
+from .analysis.inference import evaluation_settings
 from .checkpoints import LoadReport, load_pretrained
 from .metrics import MeanClassAccuracy
 from .timesformer import TimeSformer, timesformer
@@ -226,6 +227,11 @@ class VideoClassifier(L.LightningModule):
         if hparams and hparams.get("init_from"):
             checkpoint["initialised_from"] = hparams["init_from"]
             hparams["init_from"] = None
+        # Class names and evaluation data settings, so predict / analyze need no dataset.
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        if datamodule is not None and hasattr(datamodule, "sampler"):
+            checkpoint["class_names"] = list(datamodule.class_names)
+            checkpoint["eval_data"] = evaluation_settings(datamodule)
 
     # -- training ------------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
@@ -282,10 +288,10 @@ class VideoClassifier(L.LightningModule):
         logits = torch.cat([self(chunk) for chunk in flat.split(self.eval_chunk_size)])
         return rearrange(logits, "(b v) k -> b v k", b=b)
 
-    def _eval_step(self, batch: dict, stage: str, metrics: MetricCollection) -> None:
+    def _eval_step(self, batch: dict, stage: str, metrics: MetricCollection) -> Tensor | None:
         self._log_failed(stage, batch)
         if batch["video"] is None:  # every video of the batch failed to decode
-            return
+            return None
         target = batch["label"]
         logits = self.view_logits(batch["video"])
         b, v = logits.shape[:2]
@@ -293,12 +299,17 @@ class VideoClassifier(L.LightningModule):
         metrics.update(aggregate_views(logits, self.view_aggregation, self.aggregate), target)
         self.log(f"{stage}/loss", loss, batch_size=b)
         self.log_dict(metrics, batch_size=b, prog_bar=stage == "val")
+        return logits
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self._eval_step(batch, "val", self.val_metrics)
 
-    def test_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, "test", self.test_metrics)
+    def test_step(self, batch: dict, batch_idx: int) -> dict | None:
+        """Per-view logits (B, V, K), labels and paths, for callbacks (test reports)."""
+        logits = self._eval_step(batch, "test", self.test_metrics)
+        if logits is None:
+            return None
+        return {"view_logits": logits.detach(), "label": batch["label"], "path": batch["path"]}
 
     def predict_step(self, batch: dict, batch_idx: int) -> dict | None:
         """Per video: path, aggregated class probabilities and the predicted class."""

@@ -1,0 +1,223 @@
+"""A trained network and its evaluation data settings, rebuilt from a checkpoint alone.
+
+This project's ``.ckpt`` files carry what is needed to run the model on new videos without
+the dataset (written by :meth:`VideoClassifier.on_save_checkpoint` from the DataModule):
+
+* ``class_names``: the class names in label order;
+* ``eval_data``: :func:`evaluation_settings` of the DataModule (frames, sampling rate and
+  frame rate, sampling mode, crop, mean/std, test clips x crops).
+
+Older checkpoints without them: the settings come from the run's ``config.yaml`` (two folders
+up, where LightningCLI writes it), else from the model's frame count and resolution and the
+DataModule defaults, with a warning. Checkpoints of other layouts (timm, official
+TimeSformer, DnA reference, Hugging Face) are imported by :mod:`dna_video.checkpoints`.
+Every setting can be overridden.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from einops import rearrange
+from torch import Tensor
+
+from ..checkpoints import CheckpointError, timesformer_from_checkpoint
+from ..checkpoints.layouts import infer_geometry
+from ..data.datamodule import VideoDataModule
+from ..data.sampling import FrameSampler
+from ..data.transforms import EvalClipTransform
+from ..data.video import read_frames
+from ..timesformer import TimeSformer
+
+log = logging.getLogger(__name__)
+
+__all__ = ["EvalSettings", "LoadedModel", "evaluation_settings", "load_model", "read_views", "view_logits", "device_of"]
+
+#: Checkpoint keys written beside Lightning's own.
+CLASS_NAMES_KEY = "class_names"
+EVAL_DATA_KEY = "eval_data"
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How an evaluation clip is made from a file: the DataModule's test settings."""
+
+    num_frames: int = 8
+    sampling_rate: int = 32
+    target_fps: float | None = 30.0
+    sampling: str = "clip"
+    short_video: str = "clamp"
+    crop_size: int = 224
+    mean: tuple[float, ...] = (0.45, 0.45, 0.45)
+    std: tuple[float, ...] = (0.225, 0.225, 0.225)
+    num_clips: int = 1
+    num_crops: int = 3
+
+    @property
+    def sampler(self) -> FrameSampler:
+        return FrameSampler(self.num_frames, self.sampling_rate, self.target_fps, self.sampling, self.short_video)
+
+    def replace(self, **overrides: Any) -> "EvalSettings":
+        """A copy with the given fields changed; ``None`` values leave a field as it is."""
+        return dataclasses.replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def evaluation_settings(datamodule: VideoDataModule) -> dict[str, Any]:
+    """The DataModule's test-time settings as plain data (what :class:`EvalSettings` holds)."""
+    sampler = datamodule.sampler
+    clips, crops = datamodule.views["test"]
+    return {
+        "num_frames": sampler.num_frames,
+        "sampling_rate": sampler.sampling_rate,
+        "target_fps": sampler.target_fps,
+        "sampling": sampler.mode,
+        "short_video": sampler.short_video,
+        "crop_size": datamodule.crop_size,
+        "mean": [float(m) for m in datamodule.mean],
+        "std": [float(s) for s in datamodule.std],
+        "num_clips": clips,
+        "num_crops": crops,
+    }
+
+
+def _settings_from(data: dict[str, Any]) -> EvalSettings:
+    known = {f.name for f in dataclasses.fields(EvalSettings)}
+    values = {k: v for k, v in data.items() if k in known}
+    for key in ("mean", "std"):
+        if key in values:
+            values[key] = tuple(float(x) for x in values[key])
+    return EvalSettings(**values)
+
+
+def _settings_from_config(config: Path) -> EvalSettings | None:
+    """Test settings of a LightningCLI ``config.yaml`` (``data.init_args``), with the
+    DataModule defaults for the keys it does not state."""
+    try:
+        data = (yaml.safe_load(config.read_text()) or {}).get("data") or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    args = data.get("init_args", data) if isinstance(data, dict) else {}
+    defaults = {
+        name: p.default for name, p in inspect.signature(VideoDataModule.__init__).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+    merged = {**defaults, **args}
+    return _settings_from({**merged, "num_clips": merged["test_num_clips"], "num_crops": merged["test_num_crops"]})
+
+
+@dataclass
+class LoadedModel:
+    """A network ready for evaluation and what is known about how it was evaluated.
+
+    Attributes:
+        net: the TimeSformer, in eval mode.
+        class_names: names in label order (``class_0``... when the checkpoint has none).
+        settings: evaluation clip settings.
+        aggregate: how views are combined into probabilities (``logits``: softmax of the mean
+            logits; ``probs``: mean of the view probabilities).
+        source: the checkpoint's path.
+        settings_from: where the settings came from (for the log).
+    """
+
+    net: TimeSformer
+    class_names: list[str]
+    settings: EvalSettings
+    aggregate: str = "logits"
+    source: str = ""
+    settings_from: str = ""
+
+
+def _load_lightning(path: Path) -> dict[str, Any] | None:
+    """A Lightning checkpoint of this project as a dict, else None (another layout)."""
+    if path.is_dir() or path.suffix != ".ckpt":
+        return None
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=False)  # hyper-parameters are pickled
+    except Exception as exc:  # noqa: BLE001 - the unpickler raises many kinds on foreign files
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint ({type(exc).__name__}: {exc})") from None
+    if not isinstance(obj, dict) or "hyper_parameters" not in obj or "state_dict" not in obj:
+        return None
+    return obj
+
+
+def load_model(path: str | Path, num_heads: int | None = None, **overrides: Any) -> LoadedModel:
+    """The network of checkpoint ``path`` with its class names and evaluation settings.
+
+    ``overrides``: fields of :class:`EvalSettings` to change (``None``: keep); ``num_heads``
+    for a checkpoint of another layout that does not state its head count.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        CheckpointError: not a checkpoint the importer reads.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    lightning = _load_lightning(path)
+    if lightning is not None:
+        hparams = dict(lightning["hyper_parameters"])
+        state = {k.removeprefix("net."): v for k, v in lightning["state_dict"].items() if k.startswith("net.")}
+        kwargs = infer_geometry(state, None, hparams)
+        net = TimeSformer(**kwargs)
+        net.load_state_dict(state)
+        names = lightning.get(CLASS_NAMES_KEY)
+        aggregate = hparams.get("aggregate", "logits")
+        if EVAL_DATA_KEY in lightning:
+            settings, settings_from = _settings_from(lightning[EVAL_DATA_KEY]), "the checkpoint"
+        elif (config := path.parent.parent / "config.yaml").is_file() and (found := _settings_from_config(config)):
+            settings, settings_from = found, str(config)
+        else:
+            settings = EvalSettings(num_frames=net.num_frames, crop_size=net.img_size)
+            settings_from = "defaults"
+    else:
+        extra = {"num_heads": num_heads} if num_heads else {}
+        net, _ = timesformer_from_checkpoint(path, load_kwargs={"log_report": False}, **extra)
+        names, aggregate = None, "logits"
+        settings = EvalSettings(num_frames=net.num_frames, crop_size=net.img_size)
+        settings_from = "defaults"
+    if settings_from == "defaults":
+        log.warning(
+            "%s states no evaluation data settings: using %d frames, crop %d and the DataModule defaults "
+            "(sampling rate %d at %s fps, mean %s, std %s, %d clip(s) x %d crop(s)); override them if the "
+            "model was trained otherwise", path, settings.num_frames, settings.crop_size, settings.sampling_rate,
+            settings.target_fps, settings.mean, settings.std, settings.num_clips, settings.num_crops,
+        )
+    if not names or len(names) != net.num_classes:
+        names = [f"class_{i}" for i in range(net.num_classes)]
+    net.eval()
+    return LoadedModel(net, list(names), settings.replace(**overrides), aggregate, str(path), settings_from)
+
+
+def read_views(path: str, settings: EvalSettings) -> Tensor:
+    """Every evaluation view of one video file: (V, C, T, crop, crop), clip-major like the
+    test loader's (:class:`~dna_video.data.dataset.VideoClipDataset`).
+
+    Raises:
+        VideoDecodeError: the file cannot be decoded (the message names it).
+    """
+    sampler = settings.sampler
+    decoded = read_frames(path, lambda n, fps: sampler.view_indices(n, fps, settings.num_clips))
+    clips = rearrange(torch.from_numpy(decoded.frames), "(k t) h w c -> k t c h w", k=settings.num_clips)
+    transform = EvalClipTransform(settings.crop_size, settings.num_crops, settings.mean, settings.std)
+    return rearrange(torch.stack([transform(clip) for clip in clips]), "k s c t h w -> (k s) c t h w")
+
+
+@torch.no_grad()
+def view_logits(net: TimeSformer, views: Tensor, chunk: int = 32, features: bool = False) -> Tensor:
+    """Per-view logits (or pre-head features) of views (V, C, T, H, W), ``chunk`` views a pass."""
+    forward = net.forward_features if features else net
+    return torch.cat([forward(part) for part in views.split(chunk)])
+
+
+def device_of(name: str | None) -> torch.device:
+    """``name`` as a device; None: CUDA when available, else CPU."""
+    if name:
+        return torch.device(name)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")

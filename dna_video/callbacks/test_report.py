@@ -1,0 +1,115 @@
+"""Evaluation report of ``cli.py test``: metrics JSON, per-video predictions CSV, confusion PNG.
+
+Collects what ``test_step`` returns (per-view logits, labels, paths), turns each video's
+views into the probabilities of their mean (:func:`~dna_video.analysis.reports.mean_view_probs`,
+as the module's ``aggregate`` says) and writes, in the run folder (the logger's, as
+``config.yaml`` and the metrics are; with ``fit --test_after_fit true`` the trained run's):
+
+* ``test_metrics.json``: :func:`~dna_video.analysis.reports.evaluation_report` plus the
+  checkpoint tested;
+* ``test_predictions.csv``: one row per video, the columns of ``predict``'s CSV;
+* ``test_confusion.png``: the confusion matrix, rows normalised by true class.
+
+Under DDP every process holds part of the videos (each video once: the test sampler does not
+pad); they are gathered on rank 0, which alone writes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+import torch.distributed as dist
+from lightning.pytorch.callbacks import Callback
+
+from ..analysis.plotting import confusion_png
+from ..analysis.reports import evaluation_report, mean_view_probs, prediction_rows, write_predictions_csv
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TestReportWriter"]
+
+
+class TestReportWriter(Callback):
+    """Write the evaluation report of every ``test`` run.
+
+    Args:
+        folder: where to write; None: the logger's run folder (``trainer.log_dir``), else
+            ``trainer.default_root_dir``.
+        prefix: file-name prefix (``test_`` -> ``test_metrics.json``...).
+        top_k: classes listed per video in the CSV.
+        ece_bins: equal-width bins of the ECE (torchmetrics).
+        calibration_bin_size: videos per adaptive bin of the RMS calibration error.
+    """
+
+    __test__ = False  # not a pytest test class despite its name
+
+    def __init__(self, folder: str | None = None, prefix: str = "test_", top_k: int = 5, ece_bins: int = 15,
+                 calibration_bin_size: int = 100) -> None:
+        self.folder = folder
+        self.prefix = prefix
+        self.top_k = top_k
+        self.ece_bins = ece_bins
+        self.calibration_bin_size = calibration_bin_size
+        self._probs: list[torch.Tensor] = []
+        self._labels: list[torch.Tensor] = []
+        self._paths: list[str] = []
+
+    def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._probs, self._labels, self._paths = [], [], []
+
+    def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                          batch_idx: int, dataloader_idx: int = 0) -> None:
+        if not isinstance(outputs, dict) or "view_logits" not in outputs:
+            return
+        aggregate = getattr(pl_module, "aggregate", "logits")
+        self._probs.append(mean_view_probs(outputs["view_logits"].float(), aggregate).cpu())
+        self._labels.append(torch.as_tensor(outputs["label"]).cpu())
+        self._paths.extend(str(p) for p in outputs["path"])
+
+    def _gathered(self, trainer: L.Trainer) -> tuple[torch.Tensor, torch.Tensor, list[str]] | None:
+        probs = torch.cat(self._probs) if self._probs else None
+        labels = torch.cat(self._labels) if self._labels else None
+        mine = (probs, labels, list(self._paths))
+        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            parts: list[Any] = [None] * trainer.world_size
+            dist.all_gather_object(parts, mine)
+        else:
+            parts = [mine]
+        parts = [p for p in parts if p[0] is not None]
+        if not parts:
+            return None
+        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), [x for p in parts for x in p[2]]
+
+    def _folder(self, trainer: L.Trainer) -> Path:
+        return Path(self.folder or trainer.log_dir or trainer.default_root_dir)
+
+    def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        gathered = self._gathered(trainer)  # every rank takes part in the gather
+        if gathered is None or not trainer.is_global_zero:
+            return
+        probs, labels, paths = gathered
+        datamodule = trainer.datamodule
+        names = list(datamodule.class_names) if datamodule is not None and hasattr(datamodule, "class_names") else None
+        if names is not None and len(names) != probs.shape[1]:
+            names = None
+        report = evaluation_report(probs, labels, names, self.ece_bins, self.calibration_bin_size)
+        report["checkpoint"] = str(trainer.ckpt_path) if trainer.ckpt_path else None
+        report["aggregate"] = getattr(pl_module, "aggregate", "logits")
+        folder = self._folder(trainer)
+        folder.mkdir(parents=True, exist_ok=True)
+        metrics = folder / f"{self.prefix}metrics.json"
+        metrics.write_text(json.dumps(report, indent=1))
+        write_predictions_csv(folder / f"{self.prefix}predictions.csv",
+                              prediction_rows(paths, probs, labels, report["class_names"], self.top_k))
+        confusion_png(report["confusion_matrix"], report["class_names"], folder / f"{self.prefix}confusion.png")
+        log.info(
+            "test report (%d videos: top-1 %.4f, mca %.4f, ECE %.4f, RMS calibration error %.4f, AURRA %.4f) "
+            "written to %s: %s, %spredictions.csv, %sconfusion.png", report["num_videos"], report["top1"],
+            report["mca"], report["ece"], report["rms_calibration_error"], report["aurra"], folder, metrics.name,
+            self.prefix, self.prefix,
+        )
