@@ -37,3 +37,28 @@ def ntu_tree(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("ntu") / "nturgb+d_rgb"
     return root, build_ntu_tree(root)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory):
+    """A tiny DnA model trained on dark vs bright videos (analysis_trees.py): (checkpoint path,
+    the evaluation settings it was trained with)."""
+    from analysis_trees import train_tiny_model
+
+    ckpt = train_tiny_model(tmp_path_factory.mktemp("tiny_model"))
+    return ckpt, torch_load_eval_data(ckpt)
+
+
+def torch_load_eval_data(ckpt):
+    import torch
+
+    return torch.load(ckpt, weights_only=False)["eval_data"]
+
+
+@pytest.fixture(scope="session")
+def new_videos(tmp_path_factory):
+    """Unseen videos of each class of the tiny model: {"dark": path, "bright": path}."""
+    from analysis_trees import write_class_videos
+
+    videos = write_class_videos(tmp_path_factory.mktemp("new_videos"), 1, seed=7)
+    return {("dark", "bright")[label]: path for path, label in videos}

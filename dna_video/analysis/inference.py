@@ -147,11 +147,13 @@ def _load_lightning(path: Path) -> dict[str, Any] | None:
     return obj
 
 
-def load_model(path: str | Path, num_heads: int | None = None, **overrides: Any) -> LoadedModel:
+def load_model(path: str | Path, num_heads: int | None = None, warn_defaults: bool = True,
+               **overrides: Any) -> LoadedModel:
     """The network of checkpoint ``path`` with its class names and evaluation settings.
 
     ``overrides``: fields of :class:`EvalSettings` to change (``None``: keep); ``num_heads``
-    for a checkpoint of another layout that does not state its head count.
+    for a checkpoint of another layout that does not state its head count; ``warn_defaults``:
+    warn when the settings are defaults (not stated by the checkpoint or its run).
 
     Raises:
         FileNotFoundError: no file at ``path``.
@@ -182,7 +184,7 @@ def load_model(path: str | Path, num_heads: int | None = None, **overrides: Any)
         names, aggregate = None, "logits"
         settings = EvalSettings(num_frames=net.num_frames, crop_size=net.img_size)
         settings_from = "defaults"
-    if settings_from == "defaults":
+    if settings_from == "defaults" and warn_defaults:
         log.warning(
             "%s states no evaluation data settings: using %d frames, crop %d and the DataModule defaults "
             "(sampling rate %d at %s fps, mean %s, std %s, %d clip(s) x %d crop(s)); override them if the "

@@ -1,0 +1,160 @@
+"""Attention maps of a TimeSformer: where the cls token looks in each frame, per branch.
+
+:func:`capture_maps` runs the network with the chosen attention modules on their written-out
+path (:meth:`~dna_video.attention.Attention.forward_with_maps`), which returns the same
+output as the fused path plus the maps; it keeps those maps. From them:
+
+* :func:`cls_maps`: the spatial attention of the cls token to the patches of each frame,
+  (T, h, w) per branch (DnA: ``positive`` and ``negative``; softmax: ``softmax``);
+* :func:`temporal_maps`: the temporal attention between frames, (T, T) per branch, averaged
+  over the patch locations;
+* :func:`rollout`: attention rollout (Abnar & Zuidema 2020) of the cls token through every
+  divided space-time block, for softmax attention or DnA's positive branch only: rollout
+  multiplies row-stochastic maps, and the output of a DnA head is a SIGNED sum of two of them
+  (weights alpha_h, unconstrained), which no single row-stochastic map describes.
+
+Token order (what other tools get wrong): the network's patch tokens are ordered space-major,
+time-minor, ``(n t)``, n = h * w patches in row-major order; the spatial attention sees one
+frame's ``[cls, patch 0 .. n-1]`` with batch ``(b t)``; the temporal attention sees one
+location's T frames with batch ``(b n)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+import torch
+from einops import rearrange, reduce
+from torch import Tensor
+
+from ..attention import Attention
+from ..timesformer import TimeSformer
+
+__all__ = ["BRANCH_NAMES", "capture_maps", "cls_maps", "temporal_maps", "rollout", "attention_module_names"]
+
+#: Display names of the maps each attention kind returns.
+BRANCH_NAMES = {"positive": "positive", "negative": "negative", "attn": "softmax"}
+
+
+def attention_module_names(net: TimeSformer, layers: Iterable[int], kinds: Iterable[str] = ("spatial", "temporal")) -> list[str]:
+    """Names of the attention modules of ``layers`` (negative: from the end) and ``kinds``."""
+    depth = len(net.blocks)
+    names = []
+    for layer in layers:
+        if not -depth <= layer < depth:
+            raise ValueError(f"layer {layer} outside the model's {depth} blocks (0..{depth - 1}, or negative from the end)")
+        index = layer % depth
+        for kind in kinds:
+            names.append(f"blocks.{index}.{'attn' if kind == 'spatial' else 'temporal_attn'}")
+    return names
+
+
+@contextmanager
+def _written_out(modules: dict[str, Attention], store: dict[str, dict[str, Tensor]]) -> Iterator[None]:
+    """While active, each of ``modules`` runs :meth:`forward_with_maps` and keeps its maps."""
+
+    def make(name: str, module: Attention):
+        def forward(x: Tensor) -> Tensor:
+            out, maps = module.forward_with_maps(x)
+            store[name] = {key: value.detach() for key, value in maps.items()}
+            return out
+
+        return forward
+
+    for name, module in modules.items():
+        module.forward = make(name, module)  # an instance attribute shadows the class's forward
+    try:
+        yield
+    finally:
+        for module in modules.values():
+            del module.forward
+
+
+@torch.no_grad()
+def capture_maps(net: TimeSformer, video: Tensor, module_names: Iterable[str] | None = None) -> tuple[Tensor, dict[str, dict[str, Tensor]]]:
+    """Logits of ``video`` (B, C, T, H, W) and the attention maps of ``module_names`` (default:
+    every attention module): name -> branch -> (batch, heads, L, L), rows summing to 1.
+
+    Spatial modules' batch is ``(b t)`` and L = 1 + h*w (cls first); temporal modules' batch
+    is ``(b n)`` and L = T."""
+    available = net.attention_modules()
+    names = list(available) if module_names is None else list(module_names)
+    missing = [n for n in names if n not in available]
+    if missing:
+        raise ValueError(f"no attention module {missing[0]!r}; the model has {sorted(available)[:4]}...")
+    store: dict[str, dict[str, Tensor]] = {}
+    with _written_out({n: available[n] for n in names}, store):
+        logits = net(video)
+    return logits, store
+
+
+def grid_of(net: TimeSformer, video: Tensor) -> tuple[int, int]:
+    """The patch grid (h, w) of ``video`` (B, C, T, H, W)."""
+    return video.shape[-2] // net.patch_size, video.shape[-1] // net.patch_size
+
+
+def cls_maps(maps: dict[str, Tensor], num_frames: int, grid: tuple[int, int], head: int | None = None) -> dict[str, Tensor]:
+    """Spatial attention of the cls token to each frame's patches: branch -> (B, T, h, w),
+    from one spatial module's maps (``(b t) heads L L``); mean over heads unless ``head``."""
+    out = {}
+    for branch, attn in maps.items():
+        row = attn[:, :, 0, 1:] if head is None else attn[:, head: head + 1, 0, 1:]
+        out[BRANCH_NAMES.get(branch, branch)] = rearrange(
+            reduce(row, "bt heads n -> bt n", "mean"), "(b t) (h w) -> b t h w", t=num_frames, h=grid[0], w=grid[1]
+        )
+    return out
+
+
+def temporal_maps(maps: dict[str, Tensor], batch: int, head: int | None = None) -> dict[str, Tensor]:
+    """Attention between frames: branch -> (B, T, T) (row: query frame), the mean over patch
+    locations (and over heads unless ``head``), from one temporal module's maps
+    (``(b n) heads T T``)."""
+    out = {}
+    for branch, attn in maps.items():
+        attn = attn if head is None else attn[:, head: head + 1]
+        out[BRANCH_NAMES.get(branch, branch)] = reduce(attn, "(b n) heads t u -> b t u", "mean", b=batch)
+    return out
+
+
+def _branch(maps: dict[str, Tensor]) -> Tensor:
+    if "attn" in maps:
+        return maps["attn"]
+    if "positive" in maps:
+        return maps["positive"]
+    raise ValueError(f"no softmax or positive-branch map among {sorted(maps)}")
+
+
+@torch.no_grad()
+def rollout(net: TimeSformer, maps: dict[str, dict[str, Tensor]], num_frames: int, grid: tuple[int, int]) -> Tensor:
+    """Attention rollout of the cls token over the patches of each frame, (T, h, w), for ONE
+    video, through every block (maps of every module from :func:`capture_maps`).
+
+    Per block the token mixing is written as one matrix over the 1 + n*T tokens ``[cls, (n t)]``
+    with the residual, 0.5 (I + A), for the temporal attention (block diagonal over locations;
+    the cls token is not in it) and then the spatial attention (each patch reads its own frame
+    and the cls copy; the cls row is the mean over frames of its copies' rows, as the network
+    averages their outputs); head maps averaged; the blocks multiplied in order."""
+    t = num_frames
+    n = grid[0] * grid[1]
+    size = 1 + n * t
+    eye = torch.eye(size, dtype=torch.float64)
+    joint = eye.clone()
+    for index in range(len(net.blocks)):
+        temporal = reduce(_branch(maps[f"blocks.{index}.temporal_attn"]).double(), "n heads t u -> n t u", "mean")
+        spatial = reduce(_branch(maps[f"blocks.{index}.attn"]).double(), "t heads l m -> t l m", "mean")
+        if temporal.shape[0] != n or spatial.shape[0] != t:
+            raise ValueError("rollout takes the maps of one video")
+        mix_t = eye.clone()
+        mix_t[1:, 1:] = torch.block_diag(*temporal)
+        mix_s = torch.zeros(size, size, dtype=torch.float64)
+        # Patch (p, t) reads patch (q, t) of its own frame: (n t) x (n t) with a delta in time.
+        mix_s[1:, 1:] = rearrange(
+            torch.einsum("tpq,tu->ptqu", spatial[:, 1:, 1:], torch.eye(t, dtype=torch.float64)), "p t q u -> (p t) (q u)"
+        )
+        mix_s[1:, 0] = rearrange(spatial[:, 1:, 0], "t p -> (p t)")
+        mix_s[0, 0] = spatial[:, 0, 0].mean()
+        mix_s[0, 1:] = rearrange(spatial[:, 0, 1:], "t q -> (q t)") / t
+        layer = (0.5 * (eye + mix_s)) @ (0.5 * (eye + mix_t))
+        joint = layer @ joint
+    return rearrange(joint[0, 1:].float(), "(h w t) -> t h w", h=grid[0], w=grid[1], t=t)
