@@ -1,0 +1,120 @@
+"""`python -m dna_video.predict` on generated videos with a model trained in the test, and the
+test report (metrics JSON, predictions CSV, confusion PNG) written by `test`."""
+
+import csv
+import json
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from analysis_trees import CLASSES, datamodule
+from dna_video.analysis.inference import load_model
+from dna_video.callbacks.test_report import TestReportWriter
+from dna_video.module import VideoClassifier
+from dna_video.predict import collect_videos, main
+
+
+def test_checkpoint_carries_class_names_and_evaluation_settings(tiny_checkpoint):
+    ckpt, settings = tiny_checkpoint
+    state = torch.load(ckpt, weights_only=False)
+    assert state["class_names"] == CLASSES
+    assert settings == {"num_frames": 4, "sampling_rate": 2, "target_fps": None, "sampling": "clip",
+                        "short_video": "clamp", "crop_size": 32, "mean": [0.5] * 3, "std": [0.25] * 3,
+                        "num_clips": 1, "num_crops": 3}
+    model = load_model(ckpt, crop_size=None, num_clips=2)
+    assert model.settings_from == "the checkpoint" and model.class_names == CLASSES
+    assert model.settings.num_clips == 2 and model.settings.crop_size == 32  # override / kept
+    # The rebuilt network gives the trained module's logits.
+    module = VideoClassifier.load_from_checkpoint(ckpt, map_location="cpu").eval()
+    video = torch.randn(1, 3, 4, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(model.net(video), module(video))
+
+
+def test_predict_gives_the_learned_classes_and_names_an_unreadable_file(tiny_checkpoint, new_videos, tmp_path, capsys):
+    ckpt, _ = tiny_checkpoint
+    broken = tmp_path / "broken.mp4"
+    broken.write_bytes(b"not a video at all")
+    out = tmp_path / "pred.csv"
+    feats = tmp_path / "feats.npy"
+    code = main([str(ckpt), str(new_videos["dark"]), str(broken), str(new_videos["bright"]),
+                 "--out", str(out), "--features", str(feats), "--top-k", "2"])
+    assert code == 0
+    captured = capsys.readouterr()
+    assert "broken.mp4" in captured.err and "1 of 3 videos could not be read" in captured.err
+    assert "Dark" in captured.out and "Bright" in captured.out  # the printed table
+    with open(out) as f:
+        reader = csv.DictReader(f)
+        assert reader.fieldnames == ["path", "label", "pred", "pred_name", "prob", "top_k"]
+        rows = {r["path"]: r for r in reader}
+    assert set(rows) == {str(new_videos["dark"]), str(new_videos["bright"])}
+    assert rows[str(new_videos["dark"])]["pred_name"] == "Dark"
+    assert rows[str(new_videos["bright"])]["pred_name"] == "Bright"
+    for row in rows.values():
+        ranked = [entry.split(":") for entry in row["top_k"].split()]
+        assert len(ranked) == 2 and float(ranked[0][1]) + float(ranked[1][1]) == pytest.approx(1, abs=1e-3)
+        assert float(row["prob"]) > 0.5 and row["label"] == ""
+    table = np.load(feats)
+    assert list(table["path"]) == [str(new_videos["dark"]), str(new_videos["bright"])]
+    assert table["features"].shape == (2, 16)
+    # The features are the mean over the views of the pre-head embedding: the head of the
+    # mean feature ranks the classes as the CSV does (the head is linear).
+    model = load_model(ckpt)
+    logits = model.net.head(torch.from_numpy(table["features"]))
+    assert logits.argmax(1).tolist() == [0, 1]
+
+
+def test_predict_json_list_file_and_errors(tiny_checkpoint, new_videos, tmp_path):
+    ckpt, _ = tiny_checkpoint
+    listing = tmp_path / "videos.txt"
+    listing.write_text(f"# two videos, one with a label\n{new_videos['dark']} 0\n{new_videos['bright']}\n")
+    assert collect_videos([str(listing)]) == [(str(new_videos["dark"]), 0), (str(new_videos["bright"]), None)]
+    assert [p for p, _ in collect_videos([str(new_videos["dark"].parent)])] == sorted(
+        str(p) for p in new_videos.values())
+    out = tmp_path / "pred.json"
+    feats = tmp_path / "feats.pt"
+    assert main([str(ckpt), str(listing), "--out", str(out), "--features", str(feats), "--crops", "1"]) == 0
+    data = json.loads(out.read_text())
+    assert data["class_names"] == CLASSES and data["failed"] == [] and data["settings"]["num_crops"] == 1
+    assert [(p["label"], p["pred_name"]) for p in data["predictions"]] == [(0, "Dark"), ("", "Bright")]
+    saved = torch.load(feats)
+    assert saved["paths"] == [str(new_videos["dark"]), str(new_videos["bright"])] and saved["features"].shape == (2, 16)
+    with pytest.raises(SystemExit, match="no such file or folder: .*missing.mp4"):
+        main([str(ckpt), str(tmp_path / "missing.mp4")])
+    with pytest.raises(SystemExit, match="checkpoint not found"):
+        main([str(tmp_path / "nothing.ckpt"), str(new_videos["dark"])])
+    broken = tmp_path / "only_broken.mp4"
+    broken.write_bytes(b"")
+    assert main([str(ckpt), str(broken)]) == 1  # nothing could be read
+
+
+def test_test_report_files_match_an_independent_count(tiny_checkpoint, tmp_path):
+    ckpt, _ = tiny_checkpoint
+    root = ckpt.parent.parent  # the tiny model's dataset folder
+    writer = TestReportWriter(folder=str(tmp_path / "report"))
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[writer])
+    model = VideoClassifier.load_from_checkpoint(ckpt, map_location="cpu")
+    trainer.test(model, datamodule=datamodule(root))
+    report = json.loads((tmp_path / "report" / "test_metrics.json").read_text())
+    for key in ("top1", "top5", "mca", "per_class_accuracy", "confusion_matrix", "ece", "rms_calibration_error",
+                "aurra", "class_names", "num_videos"):
+        assert key in report
+    with open(tmp_path / "report" / "test_predictions.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == report["num_videos"] == 6 and report["class_names"] == CLASSES
+    # Hand count from the CSV: accuracy, per class, confusion.
+    right = [r["label"] == r["pred"] for r in rows]
+    assert report["top1"] == pytest.approx(sum(right) / 6)
+    assert report["top1"] == pytest.approx(trainer.callback_metrics["test/top1"].item())
+    for label, name in enumerate(CLASSES):
+        mine = [r for r in rows if int(r["label"]) == label]
+        assert report["per_class_accuracy"][name] == pytest.approx(sum(r["pred"] == r["label"] for r in mine) / len(mine))
+        for pred in range(2):
+            assert report["confusion_matrix"][label][pred] == sum(int(r["pred"]) == pred for r in mine)
+    image = Image.open(tmp_path / "report" / "test_confusion.png")
+    image.load()
+    assert image.width > 200 and np.asarray(image.convert("RGB")).std() > 10
