@@ -61,13 +61,15 @@ def confusion_png(counts: Sequence[Sequence[int]] | np.ndarray, class_names: Seq
 
 
 def overlay(frame: np.ndarray, attention: np.ndarray | torch.Tensor, strength: float = 0.55,
-            cmap: str = "jet") -> np.ndarray:
+            cmap: str = "jet", vmin: float | None = None, vmax: float | None = None) -> np.ndarray:
     """``frame`` (H, W, 3) uint8 with the patch-grid map ``attention`` (h, w) upsampled
-    (bilinear) to the frame, scaled to [0, 1] by its own min and max, coloured and blended."""
+    (bilinear) to the frame, scaled to [0, 1] from [vmin, vmax] (default: the map's own min
+    and max), coloured and blended."""
     att = torch.as_tensor(np.asarray(attention), dtype=torch.float32)[None, None]
     att = F.interpolate(att, size=frame.shape[:2], mode="bilinear", align_corners=False)[0, 0].numpy()
-    span = att.max() - att.min()
-    att = (att - att.min()) / span if span > 0 else np.zeros_like(att)
+    low = float(att.min()) if vmin is None else vmin
+    span = (float(att.max()) if vmax is None else vmax) - low
+    att = np.clip((att - low) / span, 0, 1) if span > 0 else np.zeros_like(att)
     colour = matplotlib.colormaps[cmap](att)[..., :3] * 255.0
     return np.clip((1 - strength) * frame.astype(np.float64) + strength * colour, 0, 255).astype(np.uint8)
 
@@ -75,21 +77,30 @@ def overlay(frame: np.ndarray, attention: np.ndarray | torch.Tensor, strength: f
 def attention_grid_png(frames: np.ndarray, maps: Mapping[str, np.ndarray], path: str | Path,
                        title: str = "", frame_labels: Sequence[str] | None = None) -> Path:
     """Grid of the sampled ``frames`` (T, H, W, 3) uint8: the first row the frames as they
-    are, then one row per branch of ``maps`` (name -> (T, h, w)) overlaid on them."""
+    are, then one row per branch of ``maps`` (name -> (T, h, w)) overlaid on them. Each
+    branch has one colour scale over all its frames (so changes over time show), from its
+    smallest to its largest value; the row label gives that range against the uniform map
+    (1 / patches), since a nearly uniform map stretched to the full scale looks peaked."""
     t = frames.shape[0]
     rows = 1 + len(maps)
-    fig = Figure(figsize=(1.6 * t, 1.7 * rows))
+    fig = Figure(figsize=(1.6 * t, 1.75 * rows))
     axes = fig.subplots(rows, t, squeeze=False)
+    labels = ["input"]
+    for name, branch in maps.items():
+        branch = np.asarray(branch)
+        uniform = 1.0 / branch[0].size
+        labels.append(f"{name}\n{branch.min() / uniform:.2g}-{branch.max() / uniform:.2g} x uniform")
     for col in range(t):
         axes[0, col].imshow(frames[col])
         axes[0, col].set_title(frame_labels[col] if frame_labels else f"frame {col}", fontsize=8)
-        for row, (name, branch) in enumerate(maps.items(), start=1):
-            axes[row, col].imshow(overlay(frames[col], branch[col]))
+        for row, branch in enumerate(maps.values(), start=1):
+            branch = np.asarray(branch)
+            axes[row, col].imshow(overlay(frames[col], branch[col], vmin=float(branch.min()), vmax=float(branch.max())))
         for row in range(rows):
             axes[row, col].set_xticks([])
             axes[row, col].set_yticks([])
-    for row, name in enumerate(["input", *maps], start=0):
-        axes[row, 0].set_ylabel(name, fontsize=9)
+    for row, label in enumerate(labels):
+        axes[row, 0].set_ylabel(label, fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
     return _save(fig, path)
@@ -98,10 +109,15 @@ def attention_grid_png(frames: np.ndarray, maps: Mapping[str, np.ndarray], path:
 def attention_gif(frames: np.ndarray, maps: Mapping[str, np.ndarray], path: str | Path,
                   frame_ms: int = 400, scale: int = 2) -> Path:
     """Animated GIF: per sampled frame, the frame and each branch's overlay side by side
-    (order: input, then ``maps`` in order), each panel enlarged ``scale`` times."""
+    (order: input, then ``maps`` in order; one colour scale per branch over all frames), each
+    panel enlarged ``scale`` times."""
+    maps = {name: np.asarray(m) for name, m in maps.items()}
     panels = []
     for i in range(frames.shape[0]):
-        row = np.concatenate([frames[i], *(overlay(frames[i], m[i]) for m in maps.values())], axis=1)
+        row = np.concatenate(
+            [frames[i], *(overlay(frames[i], m[i], vmin=float(m.min()), vmax=float(m.max())) for m in maps.values())],
+            axis=1,
+        )
         image = Image.fromarray(row)
         panels.append(image.resize((image.width * scale, image.height * scale), Image.NEAREST))
     path = Path(path)
@@ -140,11 +156,11 @@ def subspace_png(records: Sequence[Mapping[str, Any]], path: str | Path, title: 
     for r in v:
         angle[r["kind"]][r["layer"], r["head"]] = r["mean_deg"]
         alpha[r["kind"]][r["layer"], r["head"]] = r["alpha"]
-    fig = Figure(figsize=(3.2 + 0.5 * heads * 2 + 3.5, 0.35 * layers + 2.4))
-    axes = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1, 1, 1.3]})
+    fig = Figure(figsize=(4.0 + 1.0 * heads + 3.5, 0.35 * layers + 2.6), layout="constrained")
+    axes = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1, 1, 1.4]})
     for ax, kind in zip(axes[:2], ("spatial", "temporal")):
         image = ax.imshow(angle[kind], cmap="magma", vmin=0.0, vmax=90.0, aspect="auto")
-        ax.set_title(f"{kind}: mean angle V+/V- (deg)", fontsize=9)
+        ax.set_title(f"{kind}\nmean angle V+ / V- (degrees)", fontsize=9)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
         ax.set_xticks(range(heads))
@@ -154,7 +170,7 @@ def subspace_png(records: Sequence[Mapping[str, Any]], path: str | Path, title: 
                 if np.isfinite(angle[kind][i, j]) and heads * layers <= 64:
                     ax.text(j, i, f"{angle[kind][i, j]:.0f}", ha="center", va="center", fontsize=7,
                             color="white" if angle[kind][i, j] < 60 else "black")
-    fig.colorbar(image, ax=axes[:2].tolist(), fraction=0.03, pad=0.02)
+    fig.colorbar(image, ax=axes[1], fraction=0.08, pad=0.04)
     ax = axes[2]
     for kind, colour in (("spatial", "tab:blue"), ("temporal", "tab:orange")):
         values = alpha[kind]

@@ -123,7 +123,7 @@ def evaluation_report(
     correct_per_class = confusion.diagonal()
     present = count > 0
     per_class = {
-        name: (float(correct_per_class[i] / count[i]) if present[i] else None) for i, name in enumerate(names)
+        name: (int(correct_per_class[i]) / int(count[i]) if present[i] else None) for i, name in enumerate(names)
     }
     confidence, correct = _confidence_correct(probs, labels)
     return {
@@ -132,7 +132,7 @@ def evaluation_report(
         "class_names": names,
         "top1": float(correct.mean()),
         "top5": float(multiclass_accuracy(probs, labels, num_classes=k, top_k=min(5, k), average="micro")),
-        "mca": float((correct_per_class[present] / count[present]).mean()),
+        "mca": float((correct_per_class[present].double() / count[present]).mean()),
         "per_class_accuracy": per_class,
         "per_class_count": {name: int(count[i]) for i, name in enumerate(names)},
         "confusion_matrix": confusion.tolist(),
