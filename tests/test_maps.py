@@ -154,8 +154,9 @@ def test_analyze_maps_writes_figures_of_the_expected_size(tmp_path, tiny_checkpo
     grid.load()
     pixels = np.asarray(grid.convert("RGB"))
     assert pixels.std() > 10  # not blank
-    # Frames across (1.6 in each at 100 dpi), rows down: input, positive, negative, rollout.
-    assert grid.width >= settings["num_frames"] * 140 and grid.height >= 4 * 140
+    # Frames across (1.6 in each at 100 dpi, less the trimmed margins), rows down: input,
+    # positive, negative, rollout.
+    assert grid.width >= settings["num_frames"] * 120 and grid.height >= 4 * 120
     gif = Image.open(tmp_path / f"{stem}_maps.gif")
     assert gif.n_frames == settings["num_frames"]
     crop = settings["crop_size"]
