@@ -1,6 +1,7 @@
 """LightningCLI end to end on real generated videos: fit + test, validate, predict, links."""
 
 import csv
+import json
 
 import pytest
 import torch
@@ -57,6 +58,12 @@ def test_fit_then_test_writes_checkpoints_config_and_metrics(synthetic_root, tmp
     top1 = float(test_row["test/top1"])
     assert abs(top1 * TEST_VIDEOS - round(top1 * TEST_VIDEOS)) < 1e-4
     assert float(test_row["test/failed_videos"]) == 0
+    # The test report beside the run: its top-1 is the logged one, one CSV row per test video.
+    report = json.loads((run / "test_metrics.json").read_text())
+    assert report["top1"] == pytest.approx(top1, abs=1e-6) and report["class_names"] == list(SYNTHETIC_CLASSES)
+    with open(run / "test_predictions.csv") as f:
+        assert len(list(csv.DictReader(f))) == TEST_VIDEOS
+    assert (run / "test_confusion.png").stat().st_size > 1000
 
     # The last checkpoint restores into validate and predict.
     last = run / "checkpoints" / "last.ckpt"
