@@ -118,3 +118,26 @@ def test_test_report_files_match_an_independent_count(tiny_checkpoint, tmp_path)
     image = Image.open(tmp_path / "report" / "test_confusion.png")
     image.load()
     assert image.width > 200 and np.asarray(image.convert("RGB")).std() > 10
+
+
+def test_test_report_under_ddp_gathers_every_video_once(tiny_checkpoint, tmp_path):
+    """Two processes (gloo on CPU): each tests half of the videos; rank 0 writes the report of
+    all of them, each once."""
+    ckpt, _ = tiny_checkpoint
+    root = ckpt.parent.parent
+    single = tmp_path / "single"
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[TestReportWriter(folder=str(single))])
+    trainer.test(VideoClassifier.load_from_checkpoint(ckpt, map_location="cpu"), datamodule=datamodule(root))
+    ddp = tmp_path / "ddp"
+    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", logger=False, enable_progress_bar=False,
+                        enable_model_summary=False, callbacks=[TestReportWriter(folder=str(ddp))])
+    trainer.test(VideoClassifier.load_from_checkpoint(ckpt, map_location="cpu"), datamodule=datamodule(root))
+
+    def rows(folder):
+        with open(folder / "test_predictions.csv") as f:
+            return sorted((r["path"], r["pred"], round(float(r["prob"]), 4)) for r in csv.DictReader(f))
+
+    assert rows(ddp) == rows(single) and len(rows(ddp)) == 6  # every video once, same predictions
+    one, two = (json.loads((folder / "test_metrics.json").read_text()) for folder in (single, ddp))
+    assert two["confusion_matrix"] == one["confusion_matrix"] and two["top1"] == pytest.approx(one["top1"])
