@@ -59,6 +59,9 @@ def run_maps(checkpoint: str, video: str, out: str, layer: int = -1, head: int |
     overrides = {**overrides, "num_clips": 1, "num_crops": 1}
     model = load_model(checkpoint, num_heads=num_heads, **overrides)
     net = model.net.to(device_of(device))
+    heads = net.blocks[0].attn.num_heads
+    if head is not None and not 0 <= head < heads:
+        raise ValueError(f"--head {head}: the model has heads 0..{heads - 1}")
     view = read_views(video, model.settings)[:1].to(next(net.parameters()).device)  # (1, C, T, H, W)
     t = view.shape[2]
     grid = attention_maps.grid_of(net, view)
@@ -78,8 +81,8 @@ def run_maps(checkpoint: str, video: str, out: str, layer: int = -1, head: int |
     probs = mean_view_probs(logits[None].cpu(), model.aggregate)[0]
     top = int(probs.argmax())
     frames = _display_frames(view[0].cpu(), model.settings.mean, model.settings.std)
-    heads = f"head {head}" if head is not None else "mean of heads"
-    title = (f"{Path(video).name}: layer {index} ({heads}); predicted {model.class_names[top]} "
+    which = f"head {head}" if head is not None else "mean of heads"
+    title = (f"{Path(video).name}: layer {index} ({which}); predicted {model.class_names[top]} "
              f"({float(probs[top]):.2f})")
     folder = Path(out)
     stem = f"{Path(video).stem}_layer{index}"
@@ -87,7 +90,7 @@ def run_maps(checkpoint: str, video: str, out: str, layer: int = -1, head: int |
         "grid": attention_grid_png(frames, {k: v.numpy() for k, v in shown.items()}, folder / f"{stem}_maps.png", title),
         "gif": attention_gif(frames, {k: v.numpy() for k, v in shown.items()}, folder / f"{stem}_maps.gif"),
         "temporal": temporal_png({k: v.numpy() for k, v in temporal.items()}, folder / f"{stem}_temporal.png",
-                                 f"{Path(video).name}: temporal attention, layer {index} ({heads})"),
+                                 f"{Path(video).name}: temporal attention, layer {index} ({which})"),
     }
     tensors = folder / f"{stem}_maps.pt"
     torch.save({"spatial": shown, "temporal": temporal, "frames": torch.from_numpy(frames), "layer": index,

@@ -141,3 +141,43 @@ def test_test_report_under_ddp_gathers_every_video_once(tiny_checkpoint, tmp_pat
     assert rows(ddp) == rows(single) and len(rows(ddp)) == 6  # every video once, same predictions
     one, two = (json.loads((folder / "test_metrics.json").read_text()) for folder in (single, ddp))
     assert two["confusion_matrix"] == one["confusion_matrix"] and two["top1"] == pytest.approx(one["top1"])
+
+
+def test_settings_of_an_older_checkpoint_come_from_its_run_config_else_defaults(tiny_checkpoint, tmp_path, caplog):
+    ckpt, _ = tiny_checkpoint
+    state = torch.load(ckpt, weights_only=False)
+    del state["eval_data"], state["class_names"]
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    older = run / "checkpoints" / "old.ckpt"
+    torch.save(state, older)
+    caplog.set_level("WARNING")
+    model = load_model(older)  # no config.yaml: the model's geometry and the DataModule defaults
+    assert model.settings_from == "defaults" and "states no evaluation data settings" in caplog.text
+    assert (model.settings.num_frames, model.settings.crop_size, model.settings.sampling_rate) == (4, 32, 32)
+    assert model.class_names == ["class_0", "class_1"]
+    (run / "config.yaml").write_text(
+        "data:\n  class_path: dna_video.data.VideoListDataModule\n  init_args:\n    root: x\n    num_frames: 4\n"
+        "    sampling_rate: 2\n    target_fps: null\n    crop_size: 32\n    mean: [0.5, 0.5, 0.5]\n"
+        "    std: [0.25, 0.25, 0.25]\n    test_num_crops: 1\n"
+    )
+    model = load_model(older)
+    assert model.settings_from == str(run / "config.yaml")
+    assert model.settings == load_model(ckpt).settings.replace(num_crops=1)
+
+
+def test_subspaces_of_a_reference_layout_checkpoint(tiny_checkpoint, tmp_path):
+    """A checkpoint in the DnA reference's own layout (no hyper-parameters) is read by the
+    importer: the same records as from the .ckpt it was exported from."""
+    from dna_video.analysis.subspaces import subspace_records
+    from dna_video.checkpoints import export_reference
+
+    ckpt, _ = tiny_checkpoint
+    net = load_model(ckpt).net
+    exported = export_reference(net, tmp_path / "tiny.pyth")
+    again = load_model(exported, warn_defaults=False).net
+    records, expected = subspace_records(again), subspace_records(net)
+    assert len(records) == len(expected) == 8
+    for a, b in zip(records, expected):
+        assert a["module"] == b["module"] and a["mean_deg"] == pytest.approx(b["mean_deg"])
+        assert a["frobenius"] == pytest.approx(b["frobenius"]) and a["alpha"] == pytest.approx(b["alpha"])
