@@ -128,11 +128,12 @@ def attention_gif(frames: np.ndarray, maps: Mapping[str, np.ndarray], path: str 
 
 def temporal_png(maps: Mapping[str, np.ndarray], path: str | Path, title: str = "") -> Path:
     """One heat map per branch of frame-to-frame attention (T, T): row = query frame, column =
-    attended frame, each row summing to 1."""
-    fig = Figure(figsize=(3.3 * len(maps) + 0.6, 3.2))
+    attended frame, each row summing to 1 (uniform: 1 / T). Each map has its own colour scale,
+    from its smallest to its largest value, so small departures from uniform show."""
+    fig = Figure(figsize=(3.6 * len(maps) + 0.6, 3.3), layout="constrained")
     axes = fig.subplots(1, len(maps), squeeze=False)[0]
     for ax, (name, matrix) in zip(axes, maps.items()):
-        image = ax.imshow(matrix, cmap="viridis", vmin=0.0)
+        image = ax.imshow(matrix, cmap="viridis")
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("attended frame")
         ax.set_ylabel("query frame")

@@ -93,10 +93,10 @@ class TestReportWriter(Callback):
         if gathered is None or not trainer.is_global_zero:
             return
         probs, labels, paths = gathered
-        datamodule = trainer.datamodule
-        names = list(datamodule.class_names) if datamodule is not None and hasattr(datamodule, "class_names") else None
-        if names is not None and len(names) != probs.shape[1]:
-            names = None
+        # The DataModule's names, else any the module keeps (e.g. restored from a checkpoint).
+        source = trainer.datamodule if hasattr(trainer.datamodule, "class_names") else pl_module
+        names = getattr(source, "class_names", None)
+        names = list(names) if names and len(names) == probs.shape[1] else None
         report = evaluation_report(probs, labels, names, self.ece_bins, self.calibration_bin_size)
         report["checkpoint"] = str(trainer.ckpt_path) if trainer.ckpt_path else None
         report["aggregate"] = getattr(pl_module, "aggregate", "logits")
