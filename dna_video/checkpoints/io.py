@@ -169,6 +169,9 @@ def _hf_config_beside(path: Path) -> dict[str, Any] | None:
 def read_checkpoint(path: str | Path, weights_only: bool | None = None) -> RawCheckpoint:
     """Read ``path`` (a checkpoint file or a Hugging Face folder) into a :class:`RawCheckpoint`.
 
+    ``path`` may also be a Hugging Face Hub id or a URL, fetched once into its cache
+    (:func:`.sources.resolve_source`).
+
     ``weights_only``: ``None`` loads pickles safely and falls back to a full load, with a
     warning, for files that pickle other Python objects; ``True`` never falls back.
 
@@ -176,7 +179,9 @@ def read_checkpoint(path: str | Path, weights_only: bool | None = None) -> RawCh
         FileNotFoundError: nothing at ``path``.
         CheckpointError: the file is not a checkpoint, or holds no state dict.
     """
-    path = Path(path)
+    from .sources import resolve_source  # sources uses this module's error type
+
+    path = resolve_source(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     hf_config = _hf_config_beside(path)
