@@ -228,6 +228,10 @@ class VideoClassifier(L.LightningModule):
         if hparams and hparams.get("init_from"):
             checkpoint["initialised_from"] = hparams["init_from"]
             hparams["init_from"] = None
+        # Class names travel with the weights: predictions and reports need no dataset.
+        names = getattr(self._trainer and self._trainer.datamodule, "class_names", None)
+        if names:
+            checkpoint["class_names"] = list(names)
 
     # -- training ------------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
