@@ -39,6 +39,7 @@ from .module import VideoClassifier
 RUN_DEFAULTS = {
     "max_epochs": 15,
     "devices": 1,
+    "log_every_n_steps": 50,
     "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": {"save_dir": "runs"}},
 }
 
