@@ -100,6 +100,9 @@ class VideoClassifier(L.LightningModule):
             optimiser's (e.g. 0.1 when fine-tuning); the head gets the optimiser's own.
     """
 
+    # Read by Lightning's ThroughputMonitor for FLOPs/s (it warns when absent); not measured.
+    flops_per_batch: int | None = None
+
     def __init__(
         self,
         num_classes: int,
@@ -175,9 +178,6 @@ class VideoClassifier(L.LightningModule):
         )
         self.val_metrics = eval_metrics.clone(prefix="val/")
         self.test_metrics = eval_metrics.clone(prefix="test/")
-
-    # Lightning's ThroughputMonitor reads this for FLOPs/s; not measured here.
-    flops_per_batch: int | None = None
 
     def forward(self, video: Tensor) -> Tensor:
         """(B, C, T, H, W) -> logits (B, num_classes)."""
