@@ -107,6 +107,7 @@ def test_clips_per_second_and_data_wait_under_a_mocked_clock(monkeypatch, tmp_pa
     epoch_s = 4 * FETCH_S + 4 * STEP_S
     metrics = trainer.callback_metrics
     assert metrics["perf/data_wait_fraction"].item() == pytest.approx(4 * FETCH_S / epoch_s)
+    assert metrics["perf/epoch_train_clips_per_s"].item() == pytest.approx(sum(BATCH_SIZES) / epoch_s)
     assert metrics["perf/peak_memory_gb"] > 0.05  # a Python process with torch loaded
     lines = [r.getMessage() for r in caplog.records if "train clips/s" in r.getMessage()]
     assert lines == [f"epoch 0: {14 / epoch_s:.1f} train clips/s, 20% of the time waiting for data, peak RSS "

@@ -6,7 +6,8 @@ Two callbacks, both on by default in the CLI:
   with ``batch_size_fn=``:func:`videos_in_batch`, logs ``train/device/samples_per_sec`` (clips/s, a rolling
   mean over the last ``window_size`` steps; also ``validate/...`` and ``test/...``).
 * :class:`DataWaitMonitor` logs, per training epoch, ``perf/data_wait_fraction`` (the share
-  of the epoch spent waiting for the next batch) and ``perf/peak_memory_gb``, and prints one
+  of the epoch spent waiting for the next batch), ``perf/peak_memory_gb`` and the whole
+  epoch's rate ``perf/epoch_train_clips_per_s`` (what ``summary.json`` keeps), and prints one
   line:
 
       epoch 3: 212.4 train clips/s, 31% of the time waiting for data, peak RSS 1.84 GB
@@ -50,7 +51,7 @@ def peak_memory_gb(device: torch.device) -> tuple[float, str]:
 
 class DataWaitMonitor(L.Callback):
     """Per training epoch: the share of time spent waiting for batches, peak memory and the
-    epoch's clips/s in one console line (see the module docstring)."""
+    epoch's clips/s, logged and in one console line (see the module docstring)."""
 
     def __init__(self) -> None:
         self._clips = 0
@@ -79,11 +80,14 @@ class DataWaitMonitor(L.Callback):
         elapsed = self._step_end - self._epoch_start
         if not self._clips or elapsed <= 0:
             return
-        wait = self._wait / elapsed
+        rate, wait = self._clips / elapsed, self._wait / elapsed
         memory, what = peak_memory_gb(pl_module.device)
-        pl_module.log_dict({"perf/data_wait_fraction": wait, "perf/peak_memory_gb": memory}, on_step=False, on_epoch=True)
+        pl_module.log_dict(
+            {"perf/epoch_train_clips_per_s": rate, "perf/data_wait_fraction": wait, "perf/peak_memory_gb": memory},
+            on_step=False, on_epoch=True,
+        )
         if trainer.is_global_zero:
             log.info(
                 "epoch %d: %.1f train clips/s, %.0f%% of the time waiting for data, %s %.2f GB",
-                trainer.current_epoch, self._clips / elapsed, 100 * wait, what, memory,
+                trainer.current_epoch, rate, 100 * wait, what, memory,
             )
