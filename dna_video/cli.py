@@ -30,6 +30,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from .callbacks.failed_videos import FailedVideoMonitor
 from .callbacks.predictions import PredictionWriter
+from .callbacks.run_summary import RunSummary
 from .callbacks.throughput import DataWaitMonitor, videos_in_batch
 from .data import listfile, ntu, smarthome, synthetic  # noqa: F401  (DataModules known by their short names)
 from .data.datamodule import VideoDataModule
@@ -72,7 +73,8 @@ class DnACLI(LightningCLI):
             PredictionWriter(),  # acts only in `predict`: one CSV row per video
             # clips/s as train/device/samples_per_sec, a mean over the last 20 steps
             ThroughputMonitor(batch_size_fn=videos_in_batch, window_size=20),
-            DataWaitMonitor(),  # data-wait share and peak memory per training epoch
+            DataWaitMonitor(),  # data-wait share, peak memory and the epoch's clips/s
+            RunSummary(),  # summary.json in the run folder: best / last checkpoint, test metrics, clips/s
         ]
         if config.trainer.get("enable_checkpointing") is not False:
             # `last.ckpt` after every epoch, for resuming: lightning 2.6's save_last only
