@@ -29,10 +29,10 @@ import torch
 from .analysis import maps as attention_maps
 from .analysis.inference import device_of, load_model, read_views
 from .analysis.plotting import attention_gif, attention_grid_png, subspace_png, temporal_png
-from .analysis.reports import mean_view_probs
 from .analysis.subspaces import compare_records, intruder_records, subspace_records
 from .data.video import VideoDecodeError
 from .predict import add_settings_arguments, settings_overrides
+from .views import mean_view_probs
 
 log = logging.getLogger(__name__)
 

@@ -32,12 +32,16 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from .analysis.inference import LoadedModel, device_of, load_model, read_views
-from .analysis.reports import mean_view_probs, prediction_rows, write_predictions_csv
+from .callbacks.predictions import write_predictions_csv
 from .data.video import VideoDecodeError
+from .views import mean_view_probs
 
 log = logging.getLogger(__name__)
 
-__all__ = ["VIDEO_SUFFIXES", "collect_videos", "predict_videos", "add_settings_arguments", "settings_overrides", "main"]
+__all__ = [
+    "VIDEO_SUFFIXES", "collect_videos", "predict_videos", "prediction_records", "write_features",
+    "add_settings_arguments", "settings_overrides", "main",
+]
 
 VIDEO_SUFFIXES = {".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv"}
 LIST_SUFFIXES = {".txt", ".csv", ".lst", ".list"}
@@ -197,12 +201,25 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _table(rows: list[dict[str, Any]], names: Sequence[str], top_k: int) -> str:
-    width = min(max((len(Path(r["path"]).name) for r in rows), default=5), 48)
-    lines = [f"{'video':<{width}}  top-{top_k} (class probability)"]
-    for r in rows:
-        ranked = [entry.split(":") for entry in r["top_k"].split()]
-        text = "  ".join(f"{names[int(c)]} {float(p):.3f}" for c, p in ranked)
+def prediction_records(paths: Sequence[str], probs: torch.Tensor, labels: Sequence[int | None],
+                       names: Sequence[str], top_k: int) -> list[dict[str, Any]]:
+    """One record per video: ``path, label, pred, pred_name, prob`` and ``top_k`` as a list of
+    ``{class, name, prob}``, most probable first (the JSON output)."""
+    top = torch.topk(probs, min(top_k, probs.shape[1]), dim=1)
+    records = []
+    for i, path in enumerate(paths):
+        ranked = [{"class": int(c), "name": names[int(c)], "prob": round(float(p), 6)}
+                  for p, c in zip(top.values[i], top.indices[i])]
+        records.append({"path": path, "label": labels[i], "pred": ranked[0]["class"], "pred_name": ranked[0]["name"],
+                        "prob": ranked[0]["prob"], "top_k": ranked})
+    return records
+
+
+def _table(records: list[dict[str, Any]]) -> str:
+    width = min(max((len(Path(r["path"]).name) for r in records), default=5), 48)
+    lines = [f"{'video':<{width}}  top-{len(records[0]['top_k'])} (class probability)"]
+    for r in records:
+        text = "  ".join(f"{c['name']} {c['prob']:.3f}" for c in r["top_k"])
         lines.append(f"{Path(r['path']).name[-width:]:<{width}}  {text}")
     return "\n".join(lines)
 
@@ -224,20 +241,24 @@ def main(argv: list[str] | None = None) -> int:
     paths, probs, features, failed = predict_videos(
         model, [v for v, _ in videos], args.num_workers, args.device, features=bool(args.features)
     )
-    rows = prediction_rows(paths, probs, [labels.get(p) for p in paths], model.class_names, args.top_k)
-    if rows:
-        print(_table(rows, model.class_names, min(args.top_k, len(model.class_names))))
+    known = [labels.get(p) for p in paths]
+    records = prediction_records(paths, probs, known, model.class_names, args.top_k)
+    if records:
+        print(_table(records))
     if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         if args.out.endswith(".json"):
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps({
                 "checkpoint": model.source, "settings": asdict(model.settings) | {"aggregate": model.aggregate},
-                "class_names": model.class_names, "predictions": rows,
+                "class_names": model.class_names, "predictions": records,
                 "failed": [{"path": p, "error": e} for p, e in failed],
             }, indent=1, default=list))
         else:
-            write_predictions_csv(args.out, rows)
-        print(f"wrote {len(rows)} predictions to {args.out}")
+            # One output per video: a label may be known for some videos only.
+            outputs = [{"path": [p], "label": None if known[i] is None else [known[i]], "probs": probs[i: i + 1],
+                        "pred": probs[i: i + 1].argmax(-1)} for i, p in enumerate(paths)]
+            write_predictions_csv(args.out, outputs, model.class_names, args.top_k)
+        print(f"wrote {len(records)} predictions to {args.out}")
     if args.features and features is not None:
         write_features(args.features, paths, features)
         print(f"wrote {len(paths)} feature vectors ({features.shape[1]}-d) to {args.features}")
@@ -245,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(failed)} of {len(videos)} videos could not be read:", file=sys.stderr)
         for path, error in failed:
             print(f"  {path}: {error}", file=sys.stderr)
-    return 0 if rows else 1
+    return 0 if records else 1
 
 
 if __name__ == "__main__":

@@ -45,14 +45,12 @@ def tiny_checkpoint(tmp_path_factory):
     the evaluation settings it was trained with)."""
     from analysis_trees import train_tiny_model
 
+    from dataclasses import asdict
+
+    from dna_video.analysis.inference import load_model
+
     ckpt = train_tiny_model(tmp_path_factory.mktemp("tiny_model"))
-    return ckpt, torch_load_eval_data(ckpt)
-
-
-def torch_load_eval_data(ckpt):
-    import torch
-
-    return torch.load(ckpt, weights_only=False)["eval_data"]
+    return ckpt, asdict(load_model(ckpt).settings)
 
 
 @pytest.fixture(scope="session")

@@ -21,8 +21,9 @@ def test_checkpoint_carries_class_names_and_evaluation_settings(tiny_checkpoint)
     ckpt, settings = tiny_checkpoint
     state = torch.load(ckpt, weights_only=False)
     assert state["class_names"] == CLASSES
+    # The DataModule's test settings, read from its saved arguments (analysis_trees.datamodule).
     assert settings == {"num_frames": 4, "sampling_rate": 2, "target_fps": None, "sampling": "clip",
-                        "short_video": "clamp", "crop_size": 32, "mean": [0.5] * 3, "std": [0.25] * 3,
+                        "short_video": "clamp", "crop_size": 32, "mean": (0.5,) * 3, "std": (0.25,) * 3,
                         "num_clips": 1, "num_crops": 3}
     model = load_model(ckpt, crop_size=None, num_clips=2)
     assert model.settings_from == "the checkpoint" and model.class_names == CLASSES
@@ -79,7 +80,8 @@ def test_predict_json_list_file_and_errors(tiny_checkpoint, new_videos, tmp_path
     assert main([str(ckpt), str(listing), "--out", str(out), "--features", str(feats), "--crops", "1"]) == 0
     data = json.loads(out.read_text())
     assert data["class_names"] == CLASSES and data["failed"] == [] and data["settings"]["num_crops"] == 1
-    assert [(p["label"], p["pred_name"]) for p in data["predictions"]] == [(0, "Dark"), ("", "Bright")]
+    assert [(p["label"], p["pred_name"]) for p in data["predictions"]] == [(0, "Dark"), (None, "Bright")]
+    assert [c["name"] for c in data["predictions"][0]["top_k"]] == ["Dark", "Bright"]
     saved = torch.load(feats)
     assert saved["paths"] == [str(new_videos["dark"]), str(new_videos["bright"])] and saved["features"].shape == (2, 16)
     with pytest.raises(SystemExit, match="no such file or folder: .*missing.mp4"):
@@ -146,7 +148,7 @@ def test_test_report_under_ddp_gathers_every_video_once(tiny_checkpoint, tmp_pat
 def test_settings_of_an_older_checkpoint_come_from_its_run_config_else_defaults(tiny_checkpoint, tmp_path, caplog):
     ckpt, _ = tiny_checkpoint
     state = torch.load(ckpt, weights_only=False)
-    del state["eval_data"], state["class_names"]
+    del state["datamodule_hyper_parameters"], state["class_names"]
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
     older = run / "checkpoints" / "old.ckpt"

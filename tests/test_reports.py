@@ -1,25 +1,16 @@
 """Evaluation report metrics against hand counts and straightforward independent computations:
 RMS calibration error (adaptive bins of 100), AURRA, per-class accuracy, confusion counts,
-top-k, ECE (vs torchmetrics' own metric object), the mean-of-views probabilities, and the
-predictions CSV."""
+top-k, ECE (vs torchmetrics' own metric object), and the mean-of-views probabilities they are
+computed on."""
 
-import csv
 import math
 
-import numpy as np
 import pytest
 import torch
 from torchmetrics.classification import MulticlassCalibrationError
 
-from dna_video.analysis.reports import (
-    PREDICTION_COLUMNS,
-    aurra,
-    evaluation_report,
-    mean_view_probs,
-    prediction_rows,
-    rms_calibration_error,
-    write_predictions_csv,
-)
+from dna_video.analysis.reports import aurra, evaluation_report, rms_calibration_error
+from dna_video.views import mean_view_probs
 
 
 def test_rms_calibration_error_by_hand():
@@ -127,19 +118,5 @@ def test_mean_view_probs_are_those_of_the_mean_never_of_the_sum():
     summed = torch.softmax(logits.sum(1), -1)
     assert summed.max() > by_logits.max() + 0.05  # a sum of 3 views sharpens: not what is reported
     torch.testing.assert_close(mean_view_probs(logits, "probs"), torch.softmax(logits, -1).mean(1))
-    with pytest.raises(ValueError, match="aggregate"):
+    with pytest.raises(ValueError, match="aggregation"):
         mean_view_probs(logits, "sum")
-
-
-def test_prediction_csv_columns_and_values(tmp_path):
-    rows = prediction_rows(["a.mp4", "b.mp4"], PROBS[:2], [0, None], NAMES, top_k=3)
-    path = write_predictions_csv(tmp_path / "p.csv", rows)
-    with open(path) as f:
-        reader = csv.DictReader(f)
-        assert tuple(reader.fieldnames) == PREDICTION_COLUMNS == ("path", "label", "pred", "pred_name", "prob", "top_k")
-        read = list(reader)
-    assert read[0] == {"path": "a.mp4", "label": "0", "pred": "0", "pred_name": "Walk", "prob": "0.7",
-                       "top_k": read[0]["top_k"]}
-    assert read[0]["top_k"].split()[0] == "0:0.7000" and len(read[0]["top_k"].split()) == 3
-    assert read[1]["label"] == "" and read[1]["pred_name"] == "Sit" and read[1]["top_k"].startswith("1:0.5000")
-    assert np.isclose(float(read[1]["prob"]), 0.5)

@@ -1,11 +1,11 @@
 """A trained network and its evaluation data settings, rebuilt from a checkpoint alone.
 
 This project's ``.ckpt`` files carry what is needed to run the model on new videos without
-the dataset (written by :meth:`VideoClassifier.on_save_checkpoint` from the DataModule):
+the dataset:
 
-* ``class_names``: the class names in label order;
-* ``eval_data``: :func:`evaluation_settings` of the DataModule (frames, sampling rate and
-  frame rate, sampling mode, crop, mean/std, test clips x crops).
+* ``class_names``: the class names in label order (from the DataModule);
+* ``datamodule_hyper_parameters``: the DataModule's arguments, among them the test settings
+  (frames, sampling rate and frame rate, sampling mode, crop, mean/std, test clips x crops).
 
 Older checkpoints without them: the settings come from the run's ``config.yaml`` (two folders
 up, where LightningCLI writes it), else from the model's frame count and resolution and the
@@ -38,11 +38,7 @@ from ..timesformer import TimeSformer
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EvalSettings", "LoadedModel", "evaluation_settings", "load_model", "read_views", "view_logits", "device_of"]
-
-#: Checkpoint keys written beside Lightning's own.
-CLASS_NAMES_KEY = "class_names"
-EVAL_DATA_KEY = "eval_data"
+__all__ = ["EvalSettings", "LoadedModel", "load_model", "read_views", "view_logits", "device_of"]
 
 
 @dataclass(frozen=True)
@@ -69,24 +65,6 @@ class EvalSettings:
         return dataclasses.replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def evaluation_settings(datamodule: VideoDataModule) -> dict[str, Any]:
-    """The DataModule's test-time settings as plain data (what :class:`EvalSettings` holds)."""
-    sampler = datamodule.sampler
-    clips, crops = datamodule.views["test"]
-    return {
-        "num_frames": sampler.num_frames,
-        "sampling_rate": sampler.sampling_rate,
-        "target_fps": sampler.target_fps,
-        "sampling": sampler.mode,
-        "short_video": sampler.short_video,
-        "crop_size": datamodule.crop_size,
-        "mean": [float(m) for m in datamodule.mean],
-        "std": [float(s) for s in datamodule.std],
-        "num_clips": clips,
-        "num_crops": crops,
-    }
-
-
 def _settings_from(data: dict[str, Any]) -> EvalSettings:
     known = {f.name for f in dataclasses.fields(EvalSettings)}
     values = {k: v for k, v in data.items() if k in known}
@@ -97,13 +75,17 @@ def _settings_from(data: dict[str, Any]) -> EvalSettings:
 
 
 def _settings_from_config(config: Path) -> EvalSettings | None:
-    """Test settings of a LightningCLI ``config.yaml`` (``data.init_args``), with the
-    DataModule defaults for the keys it does not state."""
+    """Test settings of a LightningCLI ``config.yaml`` (``data.init_args``)."""
     try:
         data = (yaml.safe_load(config.read_text()) or {}).get("data") or {}
     except (OSError, yaml.YAMLError):
         return None
-    args = data.get("init_args", data) if isinstance(data, dict) else {}
+    return _settings_from_arguments(data.get("init_args", data) if isinstance(data, dict) else {})
+
+
+def _settings_from_arguments(args: dict[str, Any]) -> EvalSettings:
+    """Test settings of a DataModule's constructor arguments, with the :class:`VideoDataModule`
+    defaults for the ones not given."""
     defaults = {
         name: p.default for name, p in inspect.signature(VideoDataModule.__init__).parameters.items()
         if p.default is not inspect.Parameter.empty
@@ -169,10 +151,11 @@ def load_model(path: str | Path, num_heads: int | None = None, warn_defaults: bo
         kwargs = infer_geometry(state, None, hparams)
         net = TimeSformer(**kwargs)
         net.load_state_dict(state)
-        names = lightning.get(CLASS_NAMES_KEY)
+        names = lightning.get("class_names")
         aggregate = hparams.get("aggregate", "logits")
-        if EVAL_DATA_KEY in lightning:
-            settings, settings_from = _settings_from(lightning[EVAL_DATA_KEY]), "the checkpoint"
+        if lightning.get("datamodule_hyper_parameters"):
+            settings = _settings_from_arguments(dict(lightning["datamodule_hyper_parameters"]))
+            settings_from = "the checkpoint"
         elif (config := path.parent.parent / "config.yaml").is_file() and (found := _settings_from_config(config)):
             settings, settings_from = found, str(config)
         else:

@@ -3,25 +3,20 @@
 Everything here works on per-video class probabilities (N, K) and labels (N,), whatever
 produced them (``cli.py test``, ``python -m dna_video.predict``, a notebook):
 
-* :func:`mean_view_probs`: the probabilities of the MEAN of a video's views (softmax of the
-  mean logits, or the mean of the view probabilities). Never the softmax of a SUM of logits:
-  with V views that is softmax(V * mean), which sharpens every probability and so spoils
-  calibration figures.
+* the probabilities to pass are those of the MEAN of a video's views
+  (:func:`dna_video.views.mean_view_probs`), never the softmax of a SUM of logits: with V
+  views that is softmax(V * mean), which sharpens every probability and so spoils
+  calibration figures;
 * :func:`evaluation_report`: top-1, top-5, mean per-class accuracy over the classes present,
   per-class accuracy by name, confusion counts (torchmetrics), ECE (torchmetrics, fixed bins),
   RMS calibration error with adaptive bins of 100 videos and AURRA (written here: torchmetrics
   has neither).
-* :func:`prediction_rows` / :func:`write_predictions_csv`: one CSV row per video with the
-  columns ``path, label, pred, pred_name, prob, top_k`` shared by ``cli.py test`` and
-  ``predict``.
 """
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,30 +27,7 @@ from torchmetrics.functional.classification import (
     multiclass_confusion_matrix,
 )
 
-__all__ = [
-    "PREDICTION_COLUMNS",
-    "mean_view_probs",
-    "rms_calibration_error",
-    "aurra",
-    "evaluation_report",
-    "prediction_rows",
-    "write_predictions_csv",
-]
-
-#: Columns of every per-video predictions CSV (``cli.py test`` and ``predict``).
-PREDICTION_COLUMNS = ("path", "label", "pred", "pred_name", "prob", "top_k")
-
-
-def mean_view_probs(view_logits: Tensor, aggregate: str = "logits") -> Tensor:
-    """Class probabilities (B, K) of the mean of a video's views, from per-view logits (B, V, K).
-
-    ``aggregate``: ``logits``: softmax of the mean logits; ``probs``: mean of the per-view
-    softmax probabilities (the module's ``aggregate`` option)."""
-    if aggregate == "logits":
-        return view_logits.float().mean(dim=1).softmax(dim=-1)
-    if aggregate == "probs":
-        return view_logits.float().softmax(dim=-1).mean(dim=1)
-    raise ValueError(f"unknown aggregate {aggregate!r}: use 'logits' or 'probs'")
+__all__ = ["rms_calibration_error", "aurra", "evaluation_report"]
 
 
 def _confidence_correct(probs: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
@@ -142,42 +114,3 @@ def evaluation_report(
         "calibration_bin_size": calibration_bin_size,
         "aurra": aurra(confidence, correct),
     }
-
-
-def prediction_rows(
-    paths: Sequence[str],
-    probs: Tensor,
-    labels: Sequence[int | None] | Tensor | None = None,
-    class_names: Sequence[str] | None = None,
-    top_k: int = 5,
-) -> list[dict[str, Any]]:
-    """One row per video with :data:`PREDICTION_COLUMNS`: ``label`` empty when unknown,
-    ``pred`` / ``pred_name`` / ``prob`` the most likely class, ``top_k`` the ``top_k`` most
-    likely classes as ``index:probability`` separated by spaces."""
-    probs = probs.float().cpu()
-    k = min(top_k, probs.shape[1])
-    top = torch.topk(probs, k, dim=1)
-    rows = []
-    for i, path in enumerate(paths):
-        pred = int(top.indices[i, 0])
-        label = None if labels is None else labels[i]
-        rows.append({
-            "path": str(path),
-            "label": "" if label is None or int(label) < 0 else int(label),
-            "pred": pred,
-            "pred_name": class_names[pred] if class_names else "",
-            "prob": round(float(top.values[i, 0]), 6),
-            "top_k": " ".join(f"{int(c)}:{float(p):.4f}" for p, c in zip(top.values[i], top.indices[i])),
-        })
-    return rows
-
-
-def write_predictions_csv(path: str | Path, rows: Sequence[dict[str, Any]]) -> Path:
-    """Write :func:`prediction_rows` as CSV (header :data:`PREDICTION_COLUMNS`)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=PREDICTION_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    return path

@@ -1,9 +1,9 @@
 """Evaluation report of ``cli.py test``: metrics JSON, per-video predictions CSV, confusion PNG.
 
-Collects what ``test_step`` returns (per-view logits, labels, paths), turns each video's
-views into the probabilities of their mean (:func:`~dna_video.analysis.reports.mean_view_probs`,
-as the module's ``aggregate`` says) and writes, in the run folder (the logger's, as
-``config.yaml`` and the metrics are; with ``fit --test_after_fit true`` the trained run's):
+Collects what ``test_step`` returns per video (path, label, the probabilities of the MEAN of
+its views, :func:`~dna_video.views.mean_view_probs`, and the predicted class the metrics
+count) and writes, in the run folder (the logger's, as ``config.yaml`` and the metrics are;
+with ``fit --test_after_fit true`` the trained run's):
 
 * ``test_metrics.json``: :func:`~dna_video.analysis.reports.evaluation_report` plus the
   checkpoint tested;
@@ -27,7 +27,8 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 
 from ..analysis.plotting import confusion_png
-from ..analysis.reports import evaluation_report, mean_view_probs, prediction_rows, write_predictions_csv
+from ..analysis.reports import evaluation_report
+from .predictions import write_predictions_csv
 
 log = logging.getLogger(__name__)
 
@@ -55,57 +56,51 @@ class TestReportWriter(Callback):
         self.top_k = top_k
         self.ece_bins = ece_bins
         self.calibration_bin_size = calibration_bin_size
-        self._probs: list[torch.Tensor] = []
-        self._labels: list[torch.Tensor] = []
-        self._paths: list[str] = []
+        self._outputs: list[dict[str, Any]] = []
 
     def on_test_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._probs, self._labels, self._paths = [], [], []
+        self._outputs = []
 
     def on_test_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                           batch_idx: int, dataloader_idx: int = 0) -> None:
-        if not isinstance(outputs, dict) or "view_logits" not in outputs:
-            return
-        aggregate = getattr(pl_module, "aggregate", "logits")
-        self._probs.append(mean_view_probs(outputs["view_logits"].float(), aggregate).cpu())
-        self._labels.append(torch.as_tensor(outputs["label"]).cpu())
-        self._paths.extend(str(p) for p in outputs["path"])
+        if not isinstance(outputs, dict) or "probs" not in outputs:
+            return  # every video of the batch failed to decode
+        self._outputs.append({
+            "path": [str(p) for p in outputs["path"]],
+            "label": torch.as_tensor(outputs["label"]).cpu(),
+            "probs": outputs["probs"].detach().float().cpu(),
+            "pred": torch.as_tensor(outputs["pred"]).cpu(),
+        })
 
-    def _gathered(self, trainer: L.Trainer) -> tuple[torch.Tensor, torch.Tensor, list[str]] | None:
-        probs = torch.cat(self._probs) if self._probs else None
-        labels = torch.cat(self._labels) if self._labels else None
-        mine = (probs, labels, list(self._paths))
+    def _gathered(self, trainer: L.Trainer) -> list[dict[str, Any]]:
+        """Every process's outputs (the whole test set) on every process."""
         if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
             parts: list[Any] = [None] * trainer.world_size
-            dist.all_gather_object(parts, mine)
-        else:
-            parts = [mine]
-        parts = [p for p in parts if p[0] is not None]
-        if not parts:
-            return None
-        return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), [x for p in parts for x in p[2]]
+            dist.all_gather_object(parts, self._outputs)
+            return [out for part in parts for out in part]
+        return list(self._outputs)
 
     def _folder(self, trainer: L.Trainer) -> Path:
         return Path(self.folder or trainer.log_dir or trainer.default_root_dir)
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        gathered = self._gathered(trainer)  # every rank takes part in the gather
-        if gathered is None or not trainer.is_global_zero:
+        outputs = self._gathered(trainer)  # every rank takes part in the gather
+        if not outputs or not trainer.is_global_zero:
             return
-        probs, labels, paths = gathered
+        probs = torch.cat([o["probs"] for o in outputs])
+        labels = torch.cat([o["label"] for o in outputs])
         # The DataModule's names, else any the module keeps (e.g. restored from a checkpoint).
         source = trainer.datamodule if hasattr(trainer.datamodule, "class_names") else pl_module
         names = getattr(source, "class_names", None)
         names = list(names) if names and len(names) == probs.shape[1] else None
         report = evaluation_report(probs, labels, names, self.ece_bins, self.calibration_bin_size)
         report["checkpoint"] = str(trainer.ckpt_path) if trainer.ckpt_path else None
-        report["aggregate"] = getattr(pl_module, "aggregate", "logits")
+        report["aggregate"] = pl_module.hparams.get("aggregate", "logits")
         folder = self._folder(trainer)
         folder.mkdir(parents=True, exist_ok=True)
         metrics = folder / f"{self.prefix}metrics.json"
         metrics.write_text(json.dumps(report, indent=1))
-        write_predictions_csv(folder / f"{self.prefix}predictions.csv",
-                              prediction_rows(paths, probs, labels, report["class_names"], self.top_k))
+        write_predictions_csv(folder / f"{self.prefix}predictions.csv", outputs, report["class_names"], self.top_k)
         confusion_png(report["confusion_matrix"], report["class_names"], folder / f"{self.prefix}confusion.png")
         log.info(
             "test report (%d videos: top-1 %.4f, mca %.4f, ECE %.4f, RMS calibration error %.4f, AURRA %.4f) "
