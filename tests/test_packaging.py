@@ -127,12 +127,14 @@ def test_installed_copy_reads_class_lists_and_splits_from_anywhere(installed, tm
     assert found["ntu"]["records"]["train"] == [["S001C001P001R001A001_rgb.avi", 0]]
     assert found["ntu"]["records"]["test"] == [["S001C002P003R001A060_rgb.avi", 59]]
 
-    # The example configs ship too, under their names.
+    # The example configs ship too, under their names, with any files they compose (sub-folders).
     shipped = {name: Path(path) for name, path in found["configs"].items()}
     assert set(shipped) == {p.stem for p in (REPO / "configs").glob("*.yaml")}
     for name, path in shipped.items():
-        assert path.is_relative_to(installed)
-        assert path.read_bytes() == (REPO / "configs" / f"{name}.yaml").read_bytes()
+        assert path == installed / "dna_video" / "configs" / f"{name}.yaml"
+    for source in (REPO / "configs").rglob("*.yaml"):
+        copy = installed / "dna_video" / "configs" / source.relative_to(REPO / "configs")
+        assert copy.is_file() and copy.read_bytes() == source.read_bytes(), source
 
 
 def test_installed_command_runs_a_shipped_config_by_name(installed, tmp_path):
