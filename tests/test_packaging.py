@@ -45,29 +45,22 @@ def installed(tmp_path_factory) -> Path:
     return target
 
 
-def _run_outside(command: list[str], target: Path, cwd: Path) -> subprocess.CompletedProcess:
-    """``command`` in ``cwd``, outside the checkout, with only the installed copy of dna_video
-    importable (the venv's dependencies stay available)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYTHONPATH=str(target), JSONARGPARSE_DEPRECATION_WARNINGS="off")
-    done = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done
-
-
 def _class_lines(name: str) -> list[str]:
     return [line.strip() for line in (REPO / "data" / name).read_text().splitlines() if line.strip()]
 
 
-_PROTOCOL_SCRIPT = r"""
-import json, sys
+# Run by the installed copy's Python, outside the checkout: the DataModules' protocols and
+# splits, then the `dna-video` console script as a user runs it (in the same process: one
+# start-up of torch and Lightning for both).
+_OUTSIDE_SCRIPT = r"""
+import contextlib, io, json, runpy, sys
 from pathlib import Path
 import dna_video
 from dna_video.__main__ import packaged_configs
 from dna_video.data import NTURGBD60, ToyotaSmarthome
 from dna_video.data.protocols import DATA_DIR
 
-root = Path(sys.argv[1])
+root, console_script = Path(sys.argv[1]), sys.argv[2]
 out = {"package": dna_video.__file__, "data_dir": str(DATA_DIR),
        "configs": {k: str(v) for k, v in packaged_configs().items()}}
 for name, cls, protocol, folder in [("smarthome", ToyotaSmarthome, "cs", "smarthome"),
@@ -82,13 +75,25 @@ for name, cls, protocol, folder in [("smarthome", ToyotaSmarthome, "cs", "smarth
         "records": {split: [[Path(r.path).name, r.label] for r in dm.datasets[split].records]
                     for split in ("train", "val", "test") if split in dm.datasets},
     }
+sys.argv = [console_script, "fit", "--config", "quickstart", "--print_config"]
+printed = io.StringIO()
+with contextlib.redirect_stdout(printed):
+    try:
+        runpy.run_path(console_script, run_name="__main__")
+    except SystemExit as stop:
+        out["exit"] = stop.code
+out["print_config"] = printed.getvalue()
 print(json.dumps(out))
 """
 
 
-def test_installed_copy_reads_class_lists_and_splits_from_anywhere(installed, tmp_path):
+@pytest.fixture(scope="module")
+def outside(installed, tmp_path_factory) -> dict:
+    """What :data:`_OUTSIDE_SCRIPT` found, run in a temporary folder with only the installed
+    copy of dna_video importable (the venv's dependencies stay available)."""
+    work = tmp_path_factory.mktemp("outside")
     # Setup only lists names and checks that files exist: empty files are enough.
-    smarthome, ntu = tmp_path / "smarthome", tmp_path / "ntu"
+    smarthome, ntu = work / "smarthome", work / "ntu"
     smarthome.mkdir()
     ntu.mkdir()
     for name in ["Walk_p03_r00_v00_c01.mp4", "Drink.Fromcup_p19_r00_v00_c05.mp4", "Cutbread_p02_r00_v00_c02.mp4",
@@ -96,9 +101,18 @@ def test_installed_copy_reads_class_lists_and_splits_from_anywhere(installed, tm
         (smarthome / name).touch()
     for name in ["S001C001P001R001A001_rgb.avi", "S001C002P003R001A060_rgb.avi"]:
         (ntu / name).touch()
-    done = _run_outside([sys.executable, "-c", _PROTOCOL_SCRIPT, str(tmp_path)], installed, tmp_path)
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    script = installed / "bin" / "dna-video"
+    assert script.is_file(), "pip installed no dna-video console script"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH=str(installed), JSONARGPARSE_DEPRECATION_WARNINGS="off")
+    done = subprocess.run([sys.executable, "-c", _OUTSIDE_SCRIPT, str(work), str(script)],
+                          capture_output=True, text=True, cwd=work, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
+
+def test_installed_copy_reads_class_lists_and_splits_from_anywhere(installed, outside):
+    found = outside
     # The installed copy, and its own package data: nothing read from the checkout.
     assert Path(found["package"]).is_relative_to(installed), found["package"]
     assert Path(found["data_dir"]) == installed / "dna_video" / "resources"
@@ -137,14 +151,11 @@ def test_installed_copy_reads_class_lists_and_splits_from_anywhere(installed, tm
         assert copy.is_file() and copy.read_bytes() == source.read_bytes(), source
 
 
-def test_installed_command_runs_a_shipped_config_by_name(installed, tmp_path):
+def test_installed_command_runs_a_shipped_config_by_name(outside):
     """The ``dna-video`` console script of the install, outside the checkout: ``--config
     quickstart`` is the shipped quickstart, parsed by LightningCLI into the full config."""
-    script = installed / "bin" / "dna-video"
-    assert script.is_file()
-    done = _run_outside([sys.executable, str(script), "fit", "--config", "quickstart", "--print_config"],
-                        installed, tmp_path)
-    config = yaml.safe_load(done.stdout)
+    assert outside["exit"] in (0, None)
+    config = yaml.safe_load(outside["print_config"])
     quickstart = yaml.safe_load((REPO / "configs" / "quickstart.yaml").read_text())
     assert config["data"]["class_path"] == quickstart["data"]["class_path"]
     assert config["trainer"]["max_epochs"] == quickstart["trainer"]["max_epochs"]
