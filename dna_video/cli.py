@@ -24,6 +24,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from .data import listfile, ntu, smarthome, synthetic  # noqa: F401  (DataModules known by their short names)
+from .callbacks.run_summary import RunSummary
 from .data.datamodule import VideoDataModule
 from .module import VideoClassifier
 from .predictions import PredictionWriter
@@ -56,6 +57,7 @@ class DnACLI(LightningCLI):
         callbacks = [
             PredictionWriter(),  # acts only in `predict`: one CSV row per video
             ThroughputMonitor(),  # clips/s, data-wait share and peak memory per training epoch
+            RunSummary(),  # summary.json in the run folder: best / last checkpoint, test metrics, clips/s
         ]
         if config.trainer.get("enable_checkpointing") is not False:
             # `last.ckpt` after every epoch, for resuming: lightning 2.6's save_last only

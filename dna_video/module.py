@@ -97,7 +97,9 @@ class VideoClassifier(L.LightningModule):
         grad_checkpointing: recompute blocks in backward to save activation memory.
         init_from: checkpoint to initialise the network from, in any supported layout (timm
             ViT, official TimeSformer ``.pyth``, DnA reference or DnA-ViT, Hugging Face folder or
-            state dict, this project's ``.ckpt``), adapted to this model: head re-initialised
+            state dict, this project's ``.ckpt``; a local path, a Hugging Face Hub id such as
+            ``facebook/timesformer-base-finetuned-k400``, or a URL, fetched once into the
+            standard cache), adapted to this model: head re-initialised
             when the class count differs, ``time_embed`` / ``pos_embed`` resampled when the frame
             count / resolution differs. Not a resume: that is ``--ckpt_path``. A checkpoint
             saved by this module does not import again when restored (its weights already
@@ -226,6 +228,10 @@ class VideoClassifier(L.LightningModule):
         if hparams and hparams.get("init_from"):
             checkpoint["initialised_from"] = hparams["init_from"]
             hparams["init_from"] = None
+        # Class names travel with the weights: predictions and reports need no dataset.
+        names = getattr(self._trainer and self._trainer.datamodule, "class_names", None)
+        if names:
+            checkpoint["class_names"] = list(names)
 
     # -- training ------------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:

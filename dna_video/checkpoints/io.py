@@ -110,7 +110,7 @@ def unwrap_state_dict(obj: Any, notes: list[str] | None = None, where: str = "ch
     return state
 
 
-def _torch_load(path: Path, weights_only: bool | None) -> Any:
+def load_torch_file(path: Path, weights_only: bool | None) -> Any:
     def fail(e: BaseException) -> CheckpointError:
         return CheckpointError(f"{path}: not a PyTorch checkpoint ({type(e).__name__}: {e})")
 
@@ -152,7 +152,7 @@ def _read_weights(path: Path, weights_only: bool | None) -> Any:
             shard_state = _read_weights(path.parent / shard, weights_only)
             state.update(unwrap_state_dict(shard_state, where=str(path.parent / shard)))
         return state
-    return _torch_load(path, weights_only)
+    return load_torch_file(path, weights_only)
 
 
 def _hf_config_beside(path: Path) -> dict[str, Any] | None:
@@ -169,6 +169,9 @@ def _hf_config_beside(path: Path) -> dict[str, Any] | None:
 def read_checkpoint(path: str | Path, weights_only: bool | None = None) -> RawCheckpoint:
     """Read ``path`` (a checkpoint file or a Hugging Face folder) into a :class:`RawCheckpoint`.
 
+    ``path`` may also be a Hugging Face Hub id or a URL, fetched once into its cache
+    (:func:`.sources.resolve_source`).
+
     ``weights_only``: ``None`` loads pickles safely and falls back to a full load, with a
     warning, for files that pickle other Python objects; ``True`` never falls back.
 
@@ -176,7 +179,9 @@ def read_checkpoint(path: str | Path, weights_only: bool | None = None) -> RawCh
         FileNotFoundError: nothing at ``path``.
         CheckpointError: the file is not a checkpoint, or holds no state dict.
     """
-    path = Path(path)
+    from .sources import resolve_source  # sources uses this module's error type
+
+    path = resolve_source(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     hf_config = _hf_config_beside(path)
