@@ -12,7 +12,6 @@ example configs of the repository's ``configs/`` folder, shipped as the package 
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from importlib.resources import files
@@ -66,8 +65,6 @@ def main() -> None:
         for name, path in packaged_configs().items():
             print(f"{name}\t{path}")
         return
-    # OpenMP threads that sleep when idle: see cli.py. Set before torch is imported.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     sys.argv[1:] = resolve_config_names(args)
     from dna_video.cli import main as cli_main
 

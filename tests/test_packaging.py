@@ -53,7 +53,7 @@ def _class_lines(name: str) -> list[str]:
 # splits, then the `dna-video` console script as a user runs it (in the same process: one
 # start-up of torch and Lightning for both).
 _OUTSIDE_SCRIPT = r"""
-import contextlib, io, json, runpy, sys
+import contextlib, io, json, os, runpy, sys
 from pathlib import Path
 import dna_video
 from dna_video.__main__ import packaged_configs
@@ -61,7 +61,7 @@ from dna_video.data import NTURGBD60, ToyotaSmarthome
 from dna_video.data.protocols import DATA_DIR
 
 root, console_script = Path(sys.argv[1]), sys.argv[2]
-out = {"package": dna_video.__file__, "data_dir": str(DATA_DIR),
+out = {"package": dna_video.__file__, "data_dir": str(DATA_DIR), "omp": os.environ.get("OMP_WAIT_POLICY"),
        "configs": {k: str(v) for k, v in packaged_configs().items()}}
 for name, cls, protocol, folder in [("smarthome", ToyotaSmarthome, "cs", "smarthome"),
                                     ("smarthome_cv2", ToyotaSmarthome, "cv2", "smarthome"),
@@ -83,6 +83,14 @@ with contextlib.redirect_stdout(printed):
     except SystemExit as stop:
         out["exit"] = stop.code
 out["print_config"] = printed.getvalue()
+sys.argv = [console_script, "configs"]
+listed = io.StringIO()
+with contextlib.redirect_stdout(listed):
+    try:
+        runpy.run_path(console_script, run_name="__main__")
+    except SystemExit as stop:
+        out["configs_exit"] = stop.code
+out["configs_listing"] = listed.getvalue()
 print(json.dumps(out))
 """
 
@@ -103,7 +111,7 @@ def outside(installed, tmp_path_factory) -> dict:
         (ntu / name).touch()
     script = installed / "bin" / "dna-video"
     assert script.is_file(), "pip installed no dna-video console script"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OMP_WAIT_POLICY")}
     env.update(PYTHONPATH=str(installed), JSONARGPARSE_DEPRECATION_WARNINGS="off")
     done = subprocess.run([sys.executable, "-c", _OUTSIDE_SCRIPT, str(work), str(script)],
                           capture_output=True, text=True, cwd=work, env=env, timeout=300)
@@ -155,6 +163,11 @@ def test_installed_command_runs_a_shipped_config_by_name(outside):
     """The ``dna-video`` console script of the install, outside the checkout: ``--config
     quickstart`` is the shipped quickstart, parsed by LightningCLI into the full config."""
     assert outside["exit"] in (0, None)
+    # Set by the package before torch loads (the console script imports it first).
+    assert outside["omp"] == "PASSIVE"
+    # `dna-video configs`: one line per shipped config, its name and installed path.
+    listing = dict(line.split("\t") for line in outside["configs_listing"].splitlines())
+    assert outside["configs_exit"] in (0, None) and listing == outside["configs"]
     config = yaml.safe_load(outside["print_config"])
     quickstart = yaml.safe_load((REPO / "configs" / "quickstart.yaml").read_text())
     assert config["data"]["class_path"] == quickstart["data"]["class_path"]
