@@ -91,3 +91,17 @@ def test_cli_trains_and_predicts_on_class_folders(tree, tmp_path):
     for row in rows:
         assert facts["classes"][int(row["label"])] == Path(row["path"]).parent.name
         assert row["pred_name"] == facts["classes"][int(row["pred"])]
+
+
+def test_kinetics_config_reads_class_folders_with_the_recipe(tree):
+    """configs/kinetics400.yaml: classes from the folder names, the val folder tested, the K400 recipe."""
+    root, facts = tree
+    cli = main(["--config", "configs/kinetics400.yaml", f"--data.init_args.root={root}",
+                "--data.init_args.num_workers=0"], run=False)
+    data = cli.datamodule
+    data.setup("test")
+    assert data.class_names == facts["classes"]
+    assert sorted(str(Path(r.path).relative_to(root)) for r in data.datasets["test"].records) == sorted(facts["val"])
+    recipe = cli.config
+    assert (recipe.trainer.max_epochs, recipe.model.optimizer.init_args.lr, recipe.data.init_args.sampling_rate,
+            recipe.data.init_args.test_num_crops) == (15, 0.005, 32, 3)
