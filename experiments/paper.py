@@ -5,6 +5,7 @@
     python -m experiments.paper --dataset ntu60 --protocol cv --root /data/ntu60_256 \\
         --init-from facebook/timesformer-base-finetuned-k400 --seeds 3 --devices 4 --strategy ddp
     python -m experiments.paper ... --dry-run          # print the plan only
+    python -m experiments.paper --dataset ntu60 --protocol cs --estimate   # compute a row needs
     python -m experiments.paper ... -- --trainer.precision bf16-mixed   # more CLI options for every run
 
 Each run is ``cli.py fit`` with the experiment's config (``configs/<dataset>_<protocol>.yaml``,
@@ -177,12 +178,43 @@ def table(runs: list[Run], paper_delta: float | None) -> tuple[str, list[dict]]:
     return text, rows
 
 
+def estimate(dataset: str, protocol_name: str, seeds: int, tflops: float, epochs: int = 15, views: int = 3,
+             val_fraction: float = 0.05) -> str:
+    """What one row costs with the paper's recipe on the full dataset: FLOPs counted by torch on
+    TimeSformer-B (8 x 224 x 224), video counts from the split definitions, and the time at
+    ``tflops`` sustained (training = 3 forward passes: forward, and backward's two products)."""
+    from dna_video.data.ntu import ntu_protocol
+    from dna_video.data.smarthome import smarthome_protocol
+    from dna_video.timesformer import timesformer
+
+    protocol = (smarthome_protocol if dataset == "toyota_smarthome" else ntu_protocol)(protocol_name)
+    counts = dict(protocol.expected_videos)
+    if "val" not in counts:  # NTU: validation held out of the training performances
+        counts["val"] = round(val_fraction * counts["train"])
+        counts["train"] -= counts["val"]
+    lines = [
+        f"{dataset} {protocol_name}: {counts['train']} train / {counts['val']} val / {counts['test']} test videos, "
+        f"{epochs} epochs, {views} views per evaluated video, {len(protocol.classes)} classes",
+        "",
+        "| attention | GFLOPs / view | PFLOP per run (train + val + test) | hours per run at "
+        f"{tflops:g} TFLOPS | hours for {seeds} seeds |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for attention in ATTENTIONS:
+        model = timesformer("base", num_classes=len(protocol.classes), num_frames=8, img_size=224, attention=attention)
+        forward = view_cost(model.to("meta"), 8, 224).flops
+        total = forward * (3 * epochs * counts["train"] + views * (epochs * counts["val"] + counts["test"]))
+        hours = total / (tflops * 1e12) / 3600
+        lines.append(f"| {attention} | {forward / 2e9:.0f} | {total / 1e15:,.0f} | {hours:.1f} | {seeds * hours:.1f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.paper", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", required=True, choices=sorted({d for d, _ in EXPERIMENTS}))
     parser.add_argument("--protocol", required=True, choices=sorted({p for _, p in EXPERIMENTS}))
-    parser.add_argument("--root", required=True, help="the dataset's video folder")
+    parser.add_argument("--root", help="the dataset's video folder")
     parser.add_argument("--init-from", default=None,
                         help="checkpoint both attentions start from (file, folder, Hub id or URL); the paper "
                              "fine-tunes from Kinetics-400")
@@ -193,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", default=None, help="Lightning's trainer.devices for every run (e.g. 4)")
     parser.add_argument("--strategy", default=None, help="Lightning's trainer.strategy (e.g. ddp)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    parser.add_argument("--estimate", action="store_true",
+                        help="print the compute a row needs on the full dataset (FLOPs counted by torch) and stop")
+    parser.add_argument("--tflops", type=float, default=100.0,
+                        help="sustained TFLOPS assumed by --estimate (default 100: a data-centre GPU in bf16)")
     parser.add_argument("cli_args", nargs=argparse.REMAINDER,
                         help="after --: more cli.py options for every run")
     args = parser.parse_args(argv)
@@ -200,7 +236,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no {args.protocol!r} protocol for {args.dataset}: choose one of "
                      f"{sorted(p for d, p in EXPERIMENTS if d == args.dataset)}")
     args.cli_args = [a for a in args.cli_args if a != "--"]
-    if not Path(args.root).is_dir():
+    if args.estimate:
+        print(estimate(args.dataset, args.protocol, args.seeds, args.tflops))
+        return 0
+    if not args.root or not Path(args.root).is_dir():
         parser.error(f"--root {args.root}: no such folder")
     if not args.init_from:
         print("note: no --init-from: the models train from scratch, far below the paper's numbers")
