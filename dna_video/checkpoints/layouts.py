@@ -356,7 +356,8 @@ def _hparams_kwargs(hparams: dict[str, Any] | None) -> dict[str, Any] | None:
     if arch not in PRESETS:
         return None
     kwargs = {**PRESETS[arch], **(hparams.get("net_kwargs") or {})}
-    for key in ("num_classes", "num_frames", "img_size", "attention", "attention_kwargs"):
+    for key in ("num_classes", "num_frames", "img_size", "attention", "attention_kwargs",
+                "temporal_attention", "spatial_attention"):
         if key in hparams:
             kwargs[key] = hparams[key]
     return kwargs
