@@ -222,6 +222,12 @@ ATTENTION_EXTRAS: dict[str, tuple[str, Reason]] = {
     "q_neg": ("negative branch", Reason.DNA_INIT),
     "v_neg": ("negative branch", Reason.DNA_INIT),
     "neg_scalers": ("negative branch", Reason.ALPHA_INIT),
+    # Differential Attention (``diff``); its Q/K/V/proj are ``qkv`` / ``proj`` (no q/k/v bias).
+    "lambda_q1": ("differential lambda", Reason.DIFF_LAMBDA_INIT),
+    "lambda_k1": ("differential lambda", Reason.DIFF_LAMBDA_INIT),
+    "lambda_q2": ("differential lambda", Reason.DIFF_LAMBDA_INIT),
+    "lambda_k2": ("differential lambda", Reason.DIFF_LAMBDA_INIT),
+    "sub_norm": ("differential per-head norm", Reason.DIFF_NORM_INIT),
 }
 _ATTENTION_PARAM = re.compile(r"\.(?:temporal_)?attn\.([^.]+)(?:\.(?:weight|bias))?$")
 
