@@ -94,3 +94,14 @@ def test_per_path_model_takes_each_path_from_a_dna_checkpoint():
                                   for n in ("q_neg.weight", "q_neg.bias", "v_neg.weight", "v_neg.bias", "neg_scalers")}
     assert report.unused["blocks.0.temporal_attn.neg_scalers"].endswith("temporal=softmax,spatial=dna attention")
     assert torch.equal(model.blocks[0].attn.v_neg.weight, source.blocks[0].attn.v_neg.weight)
+
+
+@pytest.mark.parametrize("kinds", [("diff", "diff"), ("dna_shared_v", "dna_shared_v"), ("softmax", "dna")])
+def test_geometry_and_attention_kinds_inferred_from_a_variant_state_dict(kinds):
+    from dna_video.checkpoints import infer_geometry
+
+    temporal, spatial = kinds
+    model = ours(temporal_attention=temporal, spatial_attention=spatial)
+    geometry = infer_geometry(model.state_dict())
+    assert geometry["attention"] == spatial and geometry["num_heads"] == 2
+    assert geometry.get("temporal_attention", spatial) == temporal

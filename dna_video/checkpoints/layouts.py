@@ -399,7 +399,10 @@ def infer_geometry(
     if "blocks.0.mlp.fc1.weight" in state:
         kwargs["mlp_ratio"] = state["blocks.0.mlp.fc1.weight"].shape[0] / dim
     kwargs["qkv_bias"] = "blocks.0.attn.qkv.bias" in state
-    kwargs["attention"] = "dna" if "blocks.0.attn.q_neg.weight" in state else "softmax"
+    kwargs["attention"] = _attention_kind(state, "blocks.0.attn.")
+    temporal = _attention_kind(state, "blocks.0.temporal_attn.")
+    if any(k.startswith("blocks.0.temporal_attn.") for k in state) and temporal != kwargs["attention"]:
+        kwargs["temporal_attention"] = temporal
     if "head.weight" in state:
         kwargs["num_classes"] = state["head.weight"].shape[0]
     if "time_embed" in state:
@@ -409,6 +412,8 @@ def infer_geometry(
         side = math.isqrt(n - 1) if math.isqrt(n - 1) ** 2 == n - 1 else math.isqrt(n)
         kwargs["img_size"] = side * patch
     heads = _neg_scaler_heads(state)
+    if heads is None and "blocks.0.attn.lambda_q1" in state:  # diff: lambda vectors of width D / H
+        heads = dim // state["blocks.0.attn.lambda_q1"].shape[0]
     if heads is None:
         heads = VIT_HEADS_BY_WIDTH.get(dim)
     if heads is not None:
@@ -427,6 +432,16 @@ def known_num_heads(
     if (kwargs := _hparams_kwargs(hparams)) is not None:
         return int(kwargs["num_heads"])
     return _neg_scaler_heads(state)
+
+
+def _attention_kind(state: dict[str, Tensor], prefix: str) -> str:
+    """The attention kind of the module under ``prefix`` as far as its tensors tell (cog has
+    softmax's tensors: it reads as ``softmax``)."""
+    if prefix + "lambda_q1" in state:
+        return "diff"
+    if prefix + "q_neg.weight" in state:
+        return "dna" if prefix + "v_neg.weight" in state else "dna_shared_v"
+    return "softmax"
 
 
 def _depth(state: dict[str, Tensor]) -> int:
