@@ -198,7 +198,8 @@ class DifferentialAttention(Attention):
 
     def _finish(self, out: Tensor) -> Tensor:
         """(B, H/2, L, 2d) differential output -> per-head RMSNorm, (1 - lambda_init), proj."""
-        out = self.sub_norm(out) * (1.0 - self.lambda_init)
+        # In the norm weight's dtype: under bf16 autocast the kernel wants both dtypes equal.
+        out = self.sub_norm(out.to(self.sub_norm.weight.dtype)).to(out.dtype) * (1.0 - self.lambda_init)
         return self.proj_drop(self.proj(rearrange(out, _MERGE)))
 
     def forward(self, x: Tensor) -> Tensor:
