@@ -264,20 +264,21 @@ class CogAttention(Attention):
         super().__init__(dim, num_heads, qkv_bias, attn_drop, proj_drop)
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.layer_index = layer_index
-        self.softmax = bool(cog_softmax_ends and num_layers and layer_index in (1, num_layers))
+        # The first and last blocks keep softmax when cog_softmax_ends (as published).
+        self.keeps_softmax = bool(cog_softmax_ends and num_layers and layer_index in (1, num_layers))
 
     def _heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         return tuple(rearrange(t, _HEADS, h=self.num_heads) for t in self.qkv(x).chunk(3, dim=-1))  # type: ignore[return-value]
 
     def _weights(self, scores: Tensor) -> Tensor:
-        if self.softmax:
+        if self.keeps_softmax:
             return torch.softmax(scores, dim=-1)
         return torch.sign(scores) * torch.softmax(scores.abs(), dim=-1)
 
     def forward(self, x: Tensor) -> Tensor:
         q, k, v = self._heads(x)
         p = self._dropout_p()
-        if self.softmax and not self._explicit(x):
+        if self.keeps_softmax and not self._explicit(x):
             out = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
         else:
             out = F.dropout(self._weights(q @ (k.transpose(-2, -1) * self.scale)), p) @ v
@@ -286,7 +287,7 @@ class CogAttention(Attention):
     def forward_with_maps(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         q, k, v = self._heads(x)
         scores = (q @ k.transpose(-2, -1)) * self.scale
-        if self.softmax:
+        if self.keeps_softmax:
             weights = torch.softmax(scores, dim=-1)
         else:
             magnitude = scores.abs()

@@ -70,7 +70,7 @@ def reference_cog(x, attn: CogAttention):
     for i in range(h):
         s = slice(i * d, (i + 1) * d)
         p = q[..., s] @ k[..., s].transpose(-1, -2) / math.sqrt(d)
-        w = softmax_rows(p) if attn.softmax else torch.sign(p) * softmax_rows(p.abs())
+        w = softmax_rows(p) if attn.keeps_softmax else torch.sign(p) * softmax_rows(p.abs())
         heads.append(w @ v[..., s])
     return torch.cat(heads, dim=-1) @ attn.proj.weight.T + attn.proj.bias
 
@@ -205,12 +205,17 @@ def test_cog_absolute_weights_sum_to_one_and_keep_the_score_sign():
 def test_cog_keeps_softmax_in_first_and_last_blocks(ends, expected):
     net = timesformer("tiny", num_classes=3, img_size=16, num_frames=2, attention="cog",
                       attention_kwargs={"cog_softmax_ends": ends})
-    assert [b.attn.softmax for b in net.blocks] == expected
-    assert [b.temporal_attn.softmax for b in net.blocks] == expected
-    x = torch.randn(1, 5, 64, dtype=torch.float64)
-    softmax_block = net.blocks[0].attn.double()
-    _, maps = softmax_block.forward_with_maps(x)
-    assert (maps["attn"] >= 0).all() == ends
+    assert [b.attn.keeps_softmax for b in net.blocks] == expected
+    assert [b.temporal_attn.keeps_softmax for b in net.blocks] == expected
+    x = torch.randn(1, 40, 64, dtype=torch.float64)  # past explicit_max_len: the fused path
+    first = randomise(net.blocks[0].attn.double(), seed=3)
+    _, maps = first.forward_with_maps(x)
+    assert bool((maps["attn"] >= 0).all()) == ends
+    # A module that keeps softmax is softmax attention, on both paths.
+    softmax = SoftmaxAttention(64, 2).double()
+    softmax.load_state_dict(first.state_dict())
+    assert torch.allclose(first(x), softmax(x), atol=1e-12) == ends
+    assert torch.allclose(first.forward_with_maps(x)[0], softmax(x), atol=1e-12) == ends
 
 
 def test_per_path_attention_builds_each_path_and_splits_kwargs():

@@ -14,10 +14,10 @@ def test_attention_per_path_from_yaml_and_command_line(synthetic_root, tmp_path)
     cli = main([*cli_args(synthetic_root, tmp_path), "--config", str(config)], run=False)
     blocks = cli.model.net.blocks
     assert all(isinstance(b.temporal_attn, DifferentialAttention) and isinstance(b.attn, CogAttention) for b in blocks)
-    assert all(b.attn.softmax for b in blocks)  # 2 blocks: both are the first or the last
+    assert all(b.attn.keeps_softmax for b in blocks)  # 2 blocks: both are the first or the last
     cli = main([*cli_args(synthetic_root, tmp_path), "--config", str(config),
                 "--model.attention_kwargs={cog_softmax_ends: false}"], run=False)
-    assert not any(b.attn.softmax for b in cli.model.net.blocks)
+    assert not any(b.attn.keeps_softmax for b in cli.model.net.blocks)
     # The command line overrides the YAML, per path; one value sets both.
     cli = main([*cli_args(synthetic_root, tmp_path), "--config", str(config),
                 "--model.spatial_attention=dna", "--model.temporal_attention=softmax"], run=False)

@@ -47,7 +47,7 @@ def test_depth_reaches_the_attention_in_the_vit():
     assert [b.attn.lambda_init for b in diff.blocks] == [pytest.approx(diff_lambda_init(i)) for i in (1, 2, 3)]
     assert all(isinstance(b.attn, DifferentialAttention) for b in diff.blocks)
     cog = vision_transformer("custom", attention="cog", **TINY)
-    assert [b.attn.softmax for b in cog.blocks] == [True, False, True]
+    assert [b.attn.keeps_softmax for b in cog.blocks] == [True, False, True]
     assert all(isinstance(b.attn, CogAttention) for b in cog.blocks)
 
 
