@@ -189,7 +189,7 @@ def _render(shape: int, rng: np.random.Generator, size: int) -> np.ndarray:
 def generate_synthetic_images(root: str | Path, per_class: dict[str, int], size: int = 32, seed: int = 0) -> Path:
     """Write PNG images of :data:`SYNTHETIC_SHAPES` to ``root/<split>/<shape>/<n>.png``,
     ``per_class[split]`` images per shape; splits that exist already are kept."""
-    from PIL import Image
+    from torchvision.io import write_png
 
     root = Path(root)
     for split_index, (split, count) in enumerate(per_class.items()):
@@ -200,7 +200,8 @@ def generate_synthetic_images(root: str | Path, per_class: dict[str, int], size:
         for label, name in enumerate(SYNTHETIC_SHAPES):
             (tmp / name).mkdir(parents=True, exist_ok=True)
             for n in range(count):
-                Image.fromarray(_render(label, rng, size)).save(tmp / name / f"{n:04d}.png")
+                image = torch.from_numpy(_render(label, rng, size)).permute(2, 0, 1).contiguous()
+                write_png(image, str(tmp / name / f"{n:04d}.png"))
         tmp.rename(root / split)
     return root
 
