@@ -62,8 +62,13 @@ class VideoClassifier(L.LightningModule):
         num_frames: frames per clip (linked from the DataModule).
         img_size: input side (linked from the DataModule's crop size).
         arch: architecture preset: ``tiny`` (CPU tests), ``small`` (ViT-S/16), ``base`` (ViT-B/16).
-        attention: attention for both temporal and spatial paths: ``dna`` or ``softmax``.
-        attention_kwargs: extra arguments of the attention, e.g. ``{alpha_init: 0.5}`` for dna.
+        attention: attention of both the temporal and the spatial path: ``dna``, ``softmax``, or
+            a variant for the paper's comparisons: ``dna_shared_v``, ``diff`` (Differential
+            Attention), ``cog`` (Cog Attention); see :mod:`dna_video.attention_variants`.
+        temporal_attention: attention of the temporal path only (null: ``attention``).
+        spatial_attention: attention of the spatial path only (null: ``attention``).
+        attention_kwargs: extra arguments of the attention kinds in use, each kind taking its
+            own, e.g. ``{alpha_init: 0.5}`` (dna, dna_shared_v), ``{cog_softmax_ends: false}``.
         net_kwargs: overrides of other TimeSformer arguments (e.g. ``{depth: 6, patch_size: 8}``).
         drop_path_rate: stochastic depth at the last block (linear over depth).
         head_dropout: dropout before the classification head (0.5 in the fine-tuning recipe).
@@ -113,6 +118,8 @@ class VideoClassifier(L.LightningModule):
         arch: str = "base",
         attention: str = "dna",
         attention_kwargs: dict[str, Any] | None = None,
+        temporal_attention: str | None = None,
+        spatial_attention: str | None = None,
         net_kwargs: dict[str, Any] | None = None,
         drop_path_rate: float = 0.1,
         head_dropout: float = 0.5,
@@ -151,6 +158,8 @@ class VideoClassifier(L.LightningModule):
             img_size=img_size,
             attention=attention,
             attention_kwargs=attention_kwargs,
+            temporal_attention=temporal_attention,
+            spatial_attention=spatial_attention,
             drop_path_rate=drop_path_rate,
             head_drop_rate=head_dropout,
             grad_checkpointing=grad_checkpointing,
