@@ -238,10 +238,6 @@ def _distributions(modules: dict[str, set[str]]) -> dict[str, set[str]]:
 NOT_IMPORTED = {
     "jsonargparse": "LightningCLI parses configs with it (lightning's own optional dependency)",
     "tensorboard": "the configs' TensorBoardLogger writes its event files with it",
-    # Issue 10's analysis tools (dna_video/analysis/) plot with matplotlib and use scipy; remove
-    # these two lines when they import them.
-    "matplotlib": "plots of the analysis tools",
-    "scipy": "statistics of the analysis tools",
 }
 
 
