@@ -12,9 +12,20 @@ live tensor bytes during forward+backward, above the input and the parameters.
 At the joint sequence two more comparisons: a whole pre-norm transformer block (attention +
 MLP, as in joint space-time attention) with each attention, and, for scale, MHSA written out
 with its L x L maps kept for backward (what Hugging Face's TimeSformer attention does).
+
+Then DnA's training path in plain autograd (the library's) against the same module with a
+hand-written backward over one fused projection (:mod:`benchmarks.handwritten_dna`),
+forward+backward in fp32 and under bf16 autocast, at the TimeSformer-B spatial and temporal
+shapes and at the quickstart's (D 64, 2 heads, 8 x 64 x 64 / 8, batch 8). Each round times
+both once, back to back in alternating order; the ratio is the median of the per-round
+ratios, and its spread (lowest-highest per-round ratio) is printed beside it.
 """
 
 from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -22,9 +33,10 @@ from torch import nn
 from dna_video.attention import Attention, DenoisingAttention, SoftmaxAttention
 from dna_video.mlp import Mlp
 
+from .handwritten_dna import HandWrittenDnA
 from .harness import Row, interleaved, peak_memory, time_row
 
-__all__ = ["run", "SHAPES", "flop_ratio"]
+__all__ = ["run", "SHAPES", "flop_ratio", "projection_rows", "paired_ratios"]
 
 DIM, HEADS = 768, 12
 SHAPES = {"spatial": (8, 197), "temporal": (196, 8), "joint": (1, 1569)}
@@ -89,7 +101,7 @@ def run(rounds: int = 7, quick: bool = False) -> list[Row]:
         rows.append(Row("attention", case, "fwd+bwd peak MiB", "DnA", mem["DnA"], "MHSA", mem["MHSA"], *mem_target))
         if name == "joint":
             rows += _joint_extras(case, modules, x, grad, n, mem["DnA"])
-    return rows
+    return rows + projection_rows(rounds=rounds if quick else 2 * rounds)
 
 
 def _joint_extras(
@@ -108,3 +120,68 @@ def _joint_extras(
             "<= 1.3", mem["DnA"] / mem["MHSA"] <= 1.3),
         Row("attention", case, "fwd+bwd peak MiB", "DnA", dna_mem, "MHSA keeping its L x L maps", with_maps),
     ]
+
+
+#: (dim, heads, batch of sequences, tokens) for the DnA training path comparison.
+PROJECTION_SHAPES = {
+    "TimeSformer-B spatial": (768, 12, 8, 197),
+    "TimeSformer-B temporal": (768, 12, 196, 8),
+    "quickstart spatial": (64, 2, 64, 65),
+    "quickstart temporal": (64, 2, 512, 8),
+}
+
+
+def paired_ratios(ours: Callable[[], object], baseline: Callable[[], object], rounds: int) -> dict[str, float]:
+    """Per-round wall-time ratios ours / baseline, each round timing both back to back (order
+    alternating), after one untimed call of each. Returns medians of both in seconds, the
+    median ratio, and the lowest and highest per-round ratio (the run-to-run spread)."""
+    ours(), baseline()
+    times: dict[str, list[float]] = {"ours": [], "baseline": []}
+    for r in range(rounds):
+        pair = [("ours", ours), ("baseline", baseline)]
+        for name, fn in pair if r % 2 == 0 else pair[::-1]:
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    ratios = [a / b for a, b in zip(times["ours"], times["baseline"])]
+    return {
+        "ours": statistics.median(times["ours"]), "baseline": statistics.median(times["baseline"]),
+        "ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios),
+    }
+
+
+def _train_step(module: nn.Module, x: torch.Tensor, grad: torch.Tensor, bf16: bool) -> Callable[[], None]:
+    def step() -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = module(x)
+        out.backward(grad.to(out.dtype))
+        module.zero_grad(set_to_none=True)  # at the end: see harness.peak_memory
+        x.grad = None
+
+    return step
+
+
+def projection_rows(rounds: int = 14) -> list[Row]:
+    """Plain autograd (the library's DnA) against the hand-written backward, fwd+bwd time and
+    peak memory, fp32 and bf16 autocast. Ratio = plain / hand-written: above 1 means the
+    hand-written one is faster or leaner."""
+    rows: list[Row] = []
+    for name, (dim, heads, batch, length) in PROJECTION_SHAPES.items():
+        torch.manual_seed(0)
+        plain = DenoisingAttention(dim, heads)
+        handwritten = HandWrittenDnA(dim, heads)
+        handwritten.load_state_dict(plain.state_dict())
+        x = torch.randn(batch, length, dim, requires_grad=True)
+        grad = torch.randn(batch, length, dim)
+        case = f"DnA training path, {name} {batch}x{length}, D {dim}, {heads} heads"
+        for bf16 in (False, True):
+            precision = "bf16 autocast" if bf16 else "fp32"
+            steps = [_train_step(m, x, grad, bf16) for m in (plain, handwritten)]
+            t = paired_ratios(*steps, rounds=rounds)
+            mem = [peak_memory(step) / 2**20 for step in steps]
+            rows.append(Row("attention", case, f"fwd+bwd ms, {precision}", "plain autograd", t["ours"] * 1e3,
+                            "hand-written backward", t["baseline"] * 1e3,
+                            f"per-round ratio {t['low']:.2f}-{t['high']:.2f} (median {t['ratio']:.2f})"))
+            rows.append(Row("attention", case, f"fwd+bwd peak MiB, {precision}", "plain autograd", mem[0],
+                            "hand-written backward", mem[1]))
+    return rows

@@ -185,14 +185,18 @@ class DenoisingAttention(Attention):
         # the row maximum before it applies the scale, and a negative scale would break that).
         (neg_query,) = split_heads(-self.q_neg(x), [h], self.head_dim)
         (v_neg,) = split_heads(self.v_neg(x), [h], self.head_dim)
-        alpha = rearrange(self.neg_scalers, "h -> h 1 1")
+        # alpha in the compute dtype: under autocast a float32 alpha would promote the
+        # negative branch, and everything after it, to float32.
+        alpha = rearrange(self.neg_scalers, "h -> h 1 1").to(q_pos.dtype)
         p = self._dropout_p()
         if self._explicit(x):
             # Both queries against the shared K in one batched matmul: (B, H, 2L, L) maps.
             queries = torch.cat([q_pos, neg_query], dim=2)
             attn = torch.softmax(queries @ (k.transpose(-2, -1) * self.scale), dim=-1)
             a_pos, a_neg = F.dropout(attn, p).split(x.shape[1], dim=2)
-            out = a_pos @ v_pos + alpha * (a_neg @ v_neg)
+            # alpha on the (L x L) map rather than the output: the product kept for backward
+            # is then map-sized, smaller than the queries at these lengths.
+            out = a_pos @ v_pos + (alpha * a_neg) @ v_neg
         else:
             # Two calls to the fused kernel sharing K rather than one call over 2H heads: one
             # call needs K repeated (a copy, and a reduction in backward) and a strided sum of
