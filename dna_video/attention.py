@@ -9,7 +9,10 @@ Every module here keeps the official ViT/TimeSformer parameter names (`qkv` with
   and the sequence is very short (at most :attr:`Attention.explicit_max_len` tokens, e.g.
   the temporal attention over 8 frames), explicit batched matmuls are used instead: there
   the fused kernel's per-(sequence, head) overhead dominates, forward+backward measured
-  10-25% faster explicitly, and an L x L map is smaller than the queries themselves.
+  10-25% faster explicitly, and an L x L map is smaller than the queries themselves. On CPU
+  under bf16/fp16 compute the explicit path reaches further (up to
+  :attr:`Attention.explicit_max_len_cpu_low_precision` tokens, TimeSformer's 197 included):
+  the fused CPU kernel is slow in those dtypes.
 * ``forward_with_maps(x)``: an explicit, written-out path that also returns the attention
   maps (for visualisation and analysis). Slow and memory hungry by design.
 
@@ -83,12 +86,28 @@ class Attention(nn.Module):
     #: Longest sequence that takes the explicit path when gradients are needed. Measured on
     #: CPU (fwd+bwd): explicit wins up to 16 tokens, the fused kernel from 32 on.
     explicit_max_len: int = 16
+    #: The same on CPU under bf16/fp16 compute (autocast or inputs). There PyTorch's fused
+    #: CPU kernel runs slower than in float32 (no AMX tiles on AVX512-BF16 CPUs), while
+    #: batched matmuls run twice as fast: fwd+bwd of the attention core measured 2.1x
+    #: faster explicitly at 197 tokens, 6x at 65, 1.4x at 785. The price: the L x L maps
+    #: are kept for backward (see benchmarks/README.md for the train-step memory).
+    explicit_max_len_cpu_low_precision: int = 256
 
     def _dropout_p(self) -> float:
         return self.attn_drop if self.training else 0.0
 
     def _explicit(self, x: Tensor) -> bool:
-        return x.shape[1] <= self.explicit_max_len and torch.is_grad_enabled() and x.requires_grad
+        if not (torch.is_grad_enabled() and x.requires_grad):
+            return False
+        if x.shape[1] <= self.explicit_max_len:
+            return True
+        low_precision = (torch.bfloat16, torch.float16)
+        return (
+            x.device.type == "cpu"
+            and x.shape[1] <= self.explicit_max_len_cpu_low_precision
+            and (x.dtype in low_precision
+                 or (torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") in low_precision))
+        )
 
     def forward(self, x: Tensor) -> Tensor:  # pragma: no cover - interface
         raise NotImplementedError
