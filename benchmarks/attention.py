@@ -20,6 +20,10 @@ shapes and at the quickstart's (D 64, 2 heads, 8 x 64 x 64 / 8, batch 8). Each r
 both once, back to back in alternating order; the value columns are median wall times, the
 CPU-time ratio the median per-round ratio of CPU times, and the spread (lowest-highest
 per-round ratio, wall and CPU time) is printed beside them.
+
+Last, the training path's choice under bf16 autocast on CPU: DnA with the explicit path up to
+``explicit_max_len_cpu_low_precision`` tokens (the default) against the fused kernel forced
+at every length past ``explicit_max_len``, at the spatial shapes.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from dna_video.mlp import Mlp
 from .handwritten_dna import HandWrittenDnA
 from .harness import Row, interleaved, peak_memory, time_row
 
-__all__ = ["run", "SHAPES", "flop_ratio", "projection_rows", "paired_ratios"]
+__all__ = ["run", "SHAPES", "flop_ratio", "projection_rows", "low_precision_path_rows", "paired_ratios"]
 
 DIM, HEADS = 768, 12
 SHAPES = {"spatial": (8, 197), "temporal": (196, 8), "joint": (1, 1569)}
@@ -102,7 +106,7 @@ def run(rounds: int = 7, quick: bool = False) -> list[Row]:
         rows.append(Row("attention", case, "fwd+bwd peak MiB", "DnA", mem["DnA"], "MHSA", mem["MHSA"], *mem_target))
         if name == "joint":
             rows += _joint_extras(case, modules, x, grad, n, mem["DnA"])
-    return rows + projection_rows(rounds=rounds if quick else 2 * rounds)
+    return rows + projection_rows(rounds=rounds) + low_precision_path_rows(rounds=rounds)
 
 
 def _joint_extras(
@@ -187,4 +191,28 @@ def projection_rows(rounds: int = 14) -> list[Row]:
                             "hand-written backward", t["baseline"] * 1e3, spread, cpu_ratio=t["cpu"]))
             rows.append(Row("attention", case, f"fwd+bwd peak MiB, {precision}", "plain autograd", mem[0],
                             "hand-written backward", mem[1]))
+    return rows
+
+
+def low_precision_path_rows(rounds: int = 14) -> list[Row]:
+    """DnA fwd+bwd under bf16 autocast: the explicit path (the default up to
+    ``explicit_max_len_cpu_low_precision`` tokens on CPU) against the fused kernel."""
+    rows: list[Row] = []
+    for name in ("TimeSformer-B spatial", "quickstart spatial"):
+        dim, heads, batch, length = PROJECTION_SHAPES[name]
+        torch.manual_seed(0)
+        explicit, fused = DenoisingAttention(dim, heads), DenoisingAttention(dim, heads)
+        fused.load_state_dict(explicit.state_dict())
+        fused.explicit_max_len_cpu_low_precision = 0
+        x = torch.randn(batch, length, dim, requires_grad=True)
+        grad = torch.randn(batch, length, dim)
+        steps = [_train_step(m, x, grad, bf16=True) for m in (explicit, fused)]
+        t = paired_ratios(*steps, rounds=rounds)
+        mem = [peak_memory(step) / 2**20 for step in steps]
+        case = f"DnA bf16 autocast, {name} {batch}x{length}, D {dim}, {heads} heads"
+        spread = (f"per-round ratios: wall {t['wall low']:.2f}-{t['wall high']:.2f}, "
+                  f"CPU time {t['cpu low']:.2f}-{t['cpu high']:.2f}")
+        rows.append(Row("attention", case, "fwd+bwd ms", "explicit path", t["ours"] * 1e3,
+                        "fused kernel", t["baseline"] * 1e3, spread, cpu_ratio=t["cpu"]))
+        rows.append(Row("attention", case, "fwd+bwd peak MiB", "explicit path", mem[0], "fused kernel", mem[1]))
     return rows

@@ -87,10 +87,10 @@ class Attention(nn.Module):
     #: CPU (fwd+bwd): explicit wins up to 16 tokens, the fused kernel from 32 on.
     explicit_max_len: int = 16
     #: The same on CPU under bf16/fp16 compute (autocast or inputs). There PyTorch's fused
-    #: CPU kernel runs slower than in float32 (no AMX tiles on AVX512-BF16 CPUs), while
-    #: batched matmuls run twice as fast: fwd+bwd of the attention core measured 2.1x
-    #: faster explicitly at 197 tokens, 6x at 65, 1.4x at 785. The price: the L x L maps
-    #: are kept for backward (see benchmarks/README.md for the train-step memory).
+    #: CPU kernel ran slower than in float32 (an AVX512-BF16 CPU without AMX), while batched
+    #: matmuls ran twice as fast: fwd+bwd of the attention core 2.1x faster explicitly at
+    #: 197 tokens, 6x at 65, 1.4x at 785. The price: the L x L maps are kept for backward
+    #: (train-step memory in benchmarks/README.md).
     explicit_max_len_cpu_low_precision: int = 256
 
     def _dropout_p(self) -> float:
