@@ -10,7 +10,9 @@
 * The quickstart geometry (``configs/quickstart.yaml``: D 64, 2 heads, 4 blocks, patch 8,
   8 x 64 x 64, batch 8).
 * Speed features on our DnA model: bf16 autocast (what ``--trainer.precision bf16-mixed``
-  does), activation checkpointing per block, and optionally ``torch.compile``.
+  does), activation checkpointing per block, and optionally ``torch.compile``. Under bf16
+  autocast also the same DnA model with the fused attention kernel forced at the spatial
+  length (``explicit_max_len_cpu_low_precision = 0``), the choice before the bf16-aware one.
 
 Peak memory is the peak of live tensor bytes during one train step above what is live
 before it (parameters and optimiser state), see :func:`benchmarks.harness.peak_memory`.
@@ -146,8 +148,12 @@ def _train_cases(g: Geometry, features: bool = False) -> dict[str, Callable[[], 
     if features:
         checkpointed = build_ours(g, "dna")
         checkpointed.grad_checkpointing = True
+        fused_bf16 = build_ours(g, "dna")
+        for attn in fused_bf16.attention_modules().values():
+            attn.explicit_max_len_cpu_low_precision = 0  # the fused kernel at every length > 16
         cases.update({
             "DnA bf16": train_step(build_ours(g, "dna"), *ours_in, bf16=True),
+            "DnA bf16 fused": train_step(fused_bf16, *ours_in, bf16=True),
             "HF bf16": train_step(build_hf(g), *hf_in, bf16=True),
             "DnA ckpt": train_step(checkpointed, *ours_in),
         })
@@ -168,7 +174,8 @@ def run(rounds: int = 5, quick: bool = False, compile: bool = False) -> list[Row
     case = f"train step, {g.describe()}"
     cases = _train_cases(g, features=True)
     t = interleaved(cases, rounds=max(3, rounds // 2) if quick else rounds)
-    mem = {k: _memory_after_warmup(cases[k]) for k in ("DnA", "softmax", "HF", "DnA ckpt")}
+    mem = {k: _memory_after_warmup(cases[k]) for k in ("DnA", "softmax", "HF", "DnA ckpt", "DnA bf16", "DnA bf16 fused",
+                                                       "HF bf16")}
     r = flop_ratio(g)
     rows += [
         time_row(sec, case, "ms", "DnA", t["DnA"], "our softmax", t["softmax"], f"<= 1.3 (FLOP ratio {r:.2f})", 1.3),
@@ -178,6 +185,11 @@ def run(rounds: int = 5, quick: bool = False, compile: bool = False) -> list[Row
             "<= 0.8", mem["softmax"] / mem["HF"] <= 0.8),
         Row(sec, case, "peak MiB", "DnA", mem["DnA"], "HF softmax", mem["HF"]),
         time_row(sec, case, "ms", "DnA bf16 autocast", t["DnA bf16"], "HF bf16 autocast", t["HF bf16"]),
+        time_row(sec, case, "ms", "DnA bf16 autocast", t["DnA bf16"], "DnA bf16, fused kernel at 197 tokens",
+                 t["DnA bf16 fused"]),
+        Row(sec, case, "peak MiB", "DnA bf16 autocast", mem["DnA bf16"], "DnA bf16, fused kernel at 197 tokens",
+            mem["DnA bf16 fused"]),
+        Row(sec, case, "peak MiB", "DnA bf16 autocast", mem["DnA bf16"], "HF bf16 autocast", mem["HF bf16"]),
         time_row(sec, case, "ms", "DnA bf16 autocast", t["DnA bf16"], "DnA fp32", t["DnA"]),
         time_row(sec, case, "ms", "DnA grad checkpointing", t["DnA ckpt"], "DnA", t["DnA"]),
         Row(sec, case, "peak MiB", "DnA grad checkpointing", mem["DnA ckpt"], "DnA", mem["DnA"]),

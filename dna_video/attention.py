@@ -9,7 +9,10 @@ Every module here keeps the official ViT/TimeSformer parameter names (`qkv` with
   and the sequence is very short (at most :attr:`Attention.explicit_max_len` tokens, e.g.
   the temporal attention over 8 frames), explicit batched matmuls are used instead: there
   the fused kernel's per-(sequence, head) overhead dominates, forward+backward measured
-  10-25% faster explicitly, and an L x L map is smaller than the queries themselves.
+  10-25% faster explicitly, and an L x L map is smaller than the queries themselves. On CPU
+  under bf16/fp16 compute the explicit path reaches further (up to
+  :attr:`Attention.explicit_max_len_cpu_low_precision` tokens, TimeSformer's 197 included):
+  the fused CPU kernel is slow in those dtypes.
 * ``forward_with_maps(x)``: an explicit, written-out path that also returns the attention
   maps (for visualisation and analysis). Slow and memory hungry by design.
 
@@ -84,12 +87,28 @@ class Attention(nn.Module):
     #: Longest sequence that takes the explicit path when gradients are needed. Measured on
     #: CPU (fwd+bwd): explicit wins up to 16 tokens, the fused kernel from 32 on.
     explicit_max_len: int = 16
+    #: The same on CPU under bf16/fp16 compute (autocast or inputs). There PyTorch's fused
+    #: CPU kernel ran slower than in float32 (an AVX512-BF16 CPU without AMX), while batched
+    #: matmuls ran twice as fast: fwd+bwd of the attention core 2.1x faster explicitly at
+    #: 197 tokens, 6x at 65, 1.4x at 785. The price: the L x L maps are kept for backward
+    #: (train-step memory in benchmarks/README.md).
+    explicit_max_len_cpu_low_precision: int = 256
 
     def _dropout_p(self) -> float:
         return self.attn_drop if self.training else 0.0
 
     def _explicit(self, x: Tensor) -> bool:
-        return x.shape[1] <= self.explicit_max_len and torch.is_grad_enabled() and x.requires_grad
+        if not (torch.is_grad_enabled() and x.requires_grad):
+            return False
+        if x.shape[1] <= self.explicit_max_len:
+            return True
+        low_precision = (torch.bfloat16, torch.float16)
+        return (
+            x.device.type == "cpu"
+            and x.shape[1] <= self.explicit_max_len_cpu_low_precision
+            and (x.dtype in low_precision
+                 or (torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") in low_precision))
+        )
 
     def forward(self, x: Tensor) -> Tensor:  # pragma: no cover - interface
         raise NotImplementedError
@@ -136,71 +155,6 @@ class SoftmaxAttention(Attention):
         return out, {"attn": attn}
 
 
-def _fuse_dna_weights(
-    w_qkv: Tensor, b_qkv: Tensor | None, w_qneg: Tensor, b_qneg: Tensor | None,
-    w_vneg: Tensor, b_vneg: Tensor | None, alpha: Tensor,
-) -> tuple[Tensor, Tensor | None]:
-    """Weight and bias of one Linear(D, 5D) with output rows [Q+; K; V+; -Q-; alpha*V-]."""
-    # alpha_h scales the rows of V- that belong to head h.
-    alpha_rows = alpha.repeat_interleave(w_vneg.shape[0] // alpha.shape[0])
-    weight = torch.cat([w_qkv, -w_qneg, alpha_rows[:, None] * w_vneg])
-    bias = None if b_qkv is None else torch.cat([b_qkv, -b_qneg, alpha_rows * b_vneg])
-    return weight, bias
-
-
-class _DnAProjection(torch.autograd.Function):
-    """x -> x W^T + b with W, b from :func:`_fuse_dna_weights`: Q+, K, V+, -Q- and alpha V-
-    in one GEMM, differentiable in x, every parameter and alpha.
-
-    Plain autograd would keep the fused (5D x D) weight alive from forward to backward (at
-    batch 1 and D = 768 as much memory as ~2.5 activations of the whole clip, per attention)
-    and differentiate the concatenation, negation and scaling op by op. Here the weight is
-    rebuilt in backward, and the parameters' gradients are read off the one (5D x D) weight
-    gradient in place: the Q+/K/V+ rows come first, so ``qkv``'s gradient is a view of it.
-    Under autocast both GEMMs of backward run in the forward's compute dtype.
-    """
-
-    @staticmethod
-    def forward(ctx, x, w_qkv, b_qkv, w_qneg, b_qneg, w_vneg, b_vneg, alpha):  # type: ignore[override]
-        weight, bias = _fuse_dna_weights(w_qkv, b_qkv, w_qneg, b_qneg, w_vneg, b_vneg, alpha)
-        out = F.linear(x, weight, bias)
-        # Under autocast F.linear computed in out.dtype from a cast copy of x: keep that copy.
-        ctx.save_for_backward(x.to(out.dtype), w_qkv, b_qkv, w_qneg, b_qneg, w_vneg, b_vneg, alpha)
-        ctx.x_dtype = x.dtype
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):  # type: ignore[override]
-        x, w_qkv, b_qkv, w_qneg, b_qneg, w_vneg, b_vneg, alpha = ctx.saved_tensors
-        d = w_qneg.shape[0]
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            weight, _ = _fuse_dna_weights(w_qkv, b_qkv, w_qneg, b_qneg, w_vneg, b_vneg, alpha)
-            grad_x = (grad @ weight.to(grad.dtype)).to(ctx.x_dtype)
-            del weight
-        if not any(ctx.needs_input_grad[1:]):  # frozen projections
-            return (grad_x,) + (None,) * 7
-        flat = grad.reshape(-1, grad.shape[-1])
-        g_w = (flat.t() @ x.reshape(-1, x.shape[-1])).to(w_qkv.dtype)  # (5D, D)
-        g_b = flat.sum(0).to(w_qkv.dtype) if b_qkv is not None else None
-        alpha_rows = alpha.repeat_interleave(d // alpha.shape[0])
-        # d out / d alpha_h: the alpha*V- rows of head h against V-'s weights and bias.
-        g_alpha = (g_w[4 * d:] * w_vneg).sum(1)
-        if g_b is not None:
-            g_alpha = g_alpha + g_b[4 * d:] * b_vneg
-        g_alpha = g_alpha.view(alpha.shape[0], -1).sum(1)
-        g_w[3 * d: 4 * d].neg_()
-        g_w[4 * d:].mul_(alpha_rows[:, None])
-        grads_b = (None, None, None)
-        if g_b is not None:
-            g_b[3 * d: 4 * d].neg_()
-            g_b[4 * d:].mul_(alpha_rows)
-            grads_b = (g_b[: 3 * d], g_b[3 * d: 4 * d], g_b[4 * d:])
-        return (
-            grad_x, g_w[: 3 * d], grads_b[0], g_w[3 * d: 4 * d], grads_b[1], g_w[4 * d:], grads_b[2], g_alpha,
-        )
-
-
 class DenoisingAttention(Attention):
     """Denoising Attention (DnA, Campos et al., ECCV 2026), per head h:
 
@@ -211,11 +165,14 @@ class DenoisingAttention(Attention):
     [Q+; K; V+], identical to ViT's ``qkv``), ``q_neg`` (Q-), ``v_neg`` (V-), ``proj``, and
     ``neg_scalers`` (alpha, one unconstrained scalar per head).
 
-    Training path: one GEMM computes Q+, K, V+, -Q- and alpha*V- from the concatenated
-    weights (:class:`_DnAProjection`); each branch is one fused
-    ``scaled_dot_product_attention`` call over the shared K (the negated query turns softmin
-    into softmax; alpha is folded into V-), and their outputs are summed. Numerically this is
-    the formula above; the explicit path :meth:`forward_with_maps` writes it out term by term.
+    Training path: plain autograd. ``qkv``, ``q_neg`` and ``v_neg`` are ordinary Linear
+    layers; softmin(Q- K^T) is softmax(-Q- K^T), so the negative branch is the fused
+    ``scaled_dot_product_attention`` on the negated query, the same kernel as the positive
+    branch; alpha_h scales head h of that branch's output before the two are summed. A
+    hand-written backward over one fused (5D x D) projection measured no faster and no
+    leaner beyond the run-to-run spread (``benchmarks/handwritten_dna.py``,
+    ``python -m benchmarks --sections attention``). The explicit path
+    :meth:`forward_with_maps` writes the formula out term by term.
 
     Args:
         dim: token width D.
@@ -243,28 +200,31 @@ class DenoisingAttention(Attention):
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.num_heads
-        heads = _DnAProjection.apply(
-            x, self.qkv.weight, self.qkv.bias, self.q_neg.weight, self.q_neg.bias,
-            self.v_neg.weight, self.v_neg.bias, self.neg_scalers,
-        )
-        # (B, L, 5D) -> five (B, H, L, d) views, no copies.
-        q_pos, k, v_pos, q_neg, v_neg = split_heads(heads, [h] * 5, self.head_dim)
+        q_pos, k, v_pos = split_heads(self.qkv(x), [h] * 3, self.head_dim)
+        # softmin(z) = softmax(-z): negate the query, not the scale (a fused kernel may take
+        # the row maximum before it applies the scale, and a negative scale would break that).
+        (neg_query,) = split_heads(-self.q_neg(x), [h], self.head_dim)
+        (v_neg,) = split_heads(self.v_neg(x), [h], self.head_dim)
+        # alpha in the compute dtype: under autocast a float32 alpha would promote the
+        # negative branch, and everything after it, to float32.
+        alpha = rearrange(self.neg_scalers, "h -> h 1 1").to(q_pos.dtype)
         p = self._dropout_p()
         if self._explicit(x):
             # Both queries against the shared K in one batched matmul: (B, H, 2L, L) maps.
-            queries = torch.cat([q_pos, q_neg], dim=2)
+            queries = torch.cat([q_pos, neg_query], dim=2)
             attn = torch.softmax(queries @ (k.transpose(-2, -1) * self.scale), dim=-1)
             a_pos, a_neg = F.dropout(attn, p).split(x.shape[1], dim=2)
-            out = a_pos @ v_pos + a_neg @ v_neg
+            # alpha on the (L x L) map rather than the output: the product kept for backward
+            # is then map-sized, smaller than the queries at these lengths.
+            out = a_pos @ v_pos + (alpha * a_neg) @ v_neg
         else:
             # Two calls to the fused kernel sharing K rather than one call over 2H heads: one
             # call needs K repeated (a copy, and a reduction in backward) and a strided sum of
             # the branch outputs, and measured slower on CPU at every TimeSformer shape, by
-            # up to 7% (see README, Performance). Both outputs come in the query's
-            # (B, L, H, d) memory order: the sum is plain elementwise work and the rearrange
-            # below a view.
+            # up to 7%. Both outputs come in the query's (B, L, H, d) memory order, which the
+            # elementwise scale and sum keep: the rearrange below is a view.
             out = F.scaled_dot_product_attention(q_pos, k, v_pos, dropout_p=p)
-            out = out + F.scaled_dot_product_attention(q_neg, k, v_neg, dropout_p=p)
+            out = out + alpha * F.scaled_dot_product_attention(neg_query, k, v_neg, dropout_p=p)
         return self.proj_drop(self.proj(rearrange(out, "b h l d -> b l (h d)")))
 
     def forward_with_maps(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
