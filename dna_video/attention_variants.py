@@ -82,7 +82,8 @@ class SharedValueDnA(Attention):
 
     def forward(self, x: Tensor) -> Tensor:
         q_pos, k, v, q_neg = self._heads(x)
-        alpha = rearrange(self.neg_scalers, "h -> h 1 1")
+        # In the compute dtype: a float32 alpha would promote a bf16 branch (and all after it) to float32.
+        alpha = rearrange(self.neg_scalers, "h -> h 1 1").to(q_pos.dtype)
         p = self._dropout_p()
         if self._explicit(x):
             queries = torch.cat([q_pos, -q_neg], dim=2)

@@ -251,3 +251,17 @@ def test_variant_trains_in_the_timesformer(kind):
     own = {"dna_shared_v": "blocks.1.attn.q_neg.weight", "diff": "blocks.1.attn.lambda_q1",
            "cog": "blocks.1.attn.qkv.weight"}[kind]
     assert grads[own].abs().sum() > 0
+
+
+@pytest.mark.parametrize("explicit_max_len", [0, 10**6], ids=["fused_kernel", "explicit"])
+@pytest.mark.parametrize("kind", ["dna", "dna_shared_v", "diff", "cog"])
+def test_bf16_autocast_stays_bf16(kind, explicit_max_len):
+    """Under bf16 autocast every kind computes in bf16: a float32 parameter (alpha, lambda)
+    mixed into a branch must not promote the output, and the memory, to float32."""
+    module = build_attention(kind, dim=64, num_heads=4)
+    module.explicit_max_len = explicit_max_len
+    seen = []  # the output projection casts back to bf16 anyway: look at what reaches it
+    module.proj.register_forward_pre_hook(lambda _, inputs: seen.append(inputs[0].dtype))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert module(torch.randn(2, 10, 64)).dtype == torch.bfloat16
+    assert seen == [torch.bfloat16]

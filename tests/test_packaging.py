@@ -172,7 +172,8 @@ def test_installed_command_runs_a_shipped_config_by_name(outside):
     quickstart = yaml.safe_load((REPO / "configs" / "quickstart.yaml").read_text())
     assert config["data"]["class_path"] == quickstart["data"]["class_path"]
     assert config["trainer"]["max_epochs"] == quickstart["trainer"]["max_epochs"]
-    assert config["model"]["attention"] == quickstart["model"]["attention"]
+    assert config["model"]["arch"] == quickstart["model"]["arch"]
+    assert config["model"]["attention"] == "dna"  # a default of the model, not stated in the file
 
 
 def test_config_names_resolve_to_shipped_files_and_unknown_names_fail_clearly(tmp_path, monkeypatch):
