@@ -26,6 +26,8 @@ def test_mean_class_accuracy_hand_count_over_updates():
     # targets 0,1,2,2,3,0,0 with predictions 0,1,1,4,3,0,2 -> class 0: 2/3, 1: 1/1, 2: 0/2,
     # 3: 1/1; class 4 is predicted but never a target, so it is not averaged.
     expected = [2 / 3, 1.0, 0.0, 1.0]
+    # Integer counts: a float32 count would stop counting at 2**24 samples.
+    assert metric.count.dtype == metric.correct.dtype == torch.long
     assert metric.count.tolist() == [3, 1, 2, 1, 0]
     assert metric.correct.tolist() == [2, 1, 0, 1, 0]
     per_class = metric.per_class()
@@ -58,6 +60,7 @@ def test_mean_class_accuracy_sums_its_states_across_processes():
 def test_aggregate_views_against_a_hand_computation():
     logits = torch.tensor([[[1.0, 2.0, 0.0], [3.0, -1.0, 0.5]]])  # 1 video, 2 views, 3 classes
     torch.testing.assert_close(aggregate_views(logits, "sum"), torch.tensor([[4.0, 1.0, 0.5]]))
+    torch.testing.assert_close(aggregate_views(logits), torch.tensor([[4.0, 1.0, 0.5]]))  # default: sum of logits
     torch.testing.assert_close(aggregate_views(logits, "mean"), torch.tensor([[2.0, 0.5, 0.25]]))
     torch.testing.assert_close(aggregate_views(logits, "max"), torch.tensor([[3.0, 2.0, 0.5]]))
     e = torch.exp(logits[0])
