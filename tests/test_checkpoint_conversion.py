@@ -224,3 +224,34 @@ def test_a_checkpoint_of_another_width_is_refused_with_its_geometry_and_what_to_
         "Build the model with the checkpoint's width, depth, heads and patch size "
         "(e.g. model.arch / model.net_kwargs, or timesformer_from_checkpoint).",
     ]
+
+
+def test_foreign_parts_are_listed_eight_at_most(tmp_path):
+    state = randomise(ours("softmax")).state_dict()
+    for i in range(10):
+        state[f"blocks.{i}.ls1.gamma"] = torch.ones(32)
+    path = save(state, tmp_path / "layerscale.pth")
+    with pytest.raises(CheckpointError) as error:
+        load_pretrained(ours("softmax"), path, log_report=False)
+    message = str(error.value)
+    assert message.startswith(f"{path}: parts this TimeSformer does not implement: blocks.0.ls1.gamma (LayerScale); ")
+    assert message.count("(LayerScale)") == 8 and message.endswith("blocks.7.ls1.gamma (LayerScale)")
+
+
+def test_a_pos_embed_that_is_no_square_grid_is_refused_naming_the_file(tmp_path):
+    state = randomise(ours("softmax")).state_dict()
+    state["pos_embed"] = state["pos_embed"][:, :11]  # cls + 10 patch positions
+    path = save(state, tmp_path / "odd.pth")
+    with pytest.raises(CheckpointError, match=rf"^{path}: pos_embed: 10 patch positions do not form a square grid"):
+        load_pretrained(ours("softmax"), path, log_report=False)
+
+
+def test_no_pos_embed_and_a_head_without_bias_of_another_class_count():
+    state = randomise(ours("softmax", num_classes=9)).state_dict()
+    del state["pos_embed"], state["head.bias"]
+    model = ours("softmax")
+    own_pos = model.pos_embed.detach().clone()
+    report = load_pretrained(model, state, log_report=False)
+    assert report.initialised["pos_embed"] == "not in the checkpoint: the model's own initialisation"
+    assert report.unused == {"head.weight": "classes differ: 9 in the checkpoint, 5 here"}
+    assert torch.equal(model.pos_embed, own_pos)
