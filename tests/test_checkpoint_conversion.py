@@ -182,6 +182,8 @@ def test_headless_checkpoint_with_missing_and_foreign_tensors_reports_each_reaso
     with torch.no_grad():
         model.norm.weight.fill_(3.0)
     report = load_pretrained(model, state, log_report=False)
+    assert report.target == ("TimeSformer(attention=softmax, embed_dim=32, depth=2, heads=2, patch=8, frames=4, "
+                             "img=32, classes=5)")
     assert report.initialised == {
         "head.weight": "re-initialised (not in the checkpoint)",
         "head.bias": "re-initialised (not in the checkpoint)",
@@ -194,7 +196,7 @@ def test_headless_checkpoint_with_missing_and_foreign_tensors_reports_each_reaso
     torch.testing.assert_close(model.norm.bias, source.norm.bias)
 
 
-def test_negative_branches_are_judged_per_module():
+def test_negative_branches_are_judged_per_module(tmp_path):
     """A checkpoint with the whole negative branch of some attention modules and none of the
     others imports (the others get the policy); half a branch in one module is refused, and
     the error names what is there and what is missing."""
@@ -204,10 +206,11 @@ def test_negative_branches_are_judged_per_module():
     report = load_pretrained(model, {k: v for k, v in state.items() if k not in absent}, log_report=False)
     assert sorted(k for k, r in report.initialised.items() if "neg" in k) == sorted(absent)
     torch.testing.assert_close(model.blocks[0].attn.v_neg.weight, state["blocks.0.attn.v_neg.weight"])
-    half = {k: v for k, v in state.items() if k != "blocks.1.attn.v_neg.weight"}
+    half = save({k: v for k, v in state.items() if k != "blocks.1.attn.v_neg.weight"}, tmp_path / "half.pth")
     with pytest.raises(CheckpointError) as error:
         load_pretrained(ours("dna"), half, log_report=False)
     message = str(error.value)
+    assert message.startswith(f"{half}: blocks.1.attn has only part of its negative branch")
     assert "blocks.1.attn.q_neg.weight" in message and "['blocks.1.attn.v_neg.weight'] not" in message
 
 
