@@ -3,7 +3,9 @@ shape checks let through: the mean class accuracy and view aggregation against h
 position-embedding resampling of non-square grids against a written-out interpolation (also
 through the model's forward), and chunked multi-view evaluation against one view at a time.
 
-Each test here was checked to fail with the bug it names planted (CONTRIBUTING.md)."""
+Checked to fail with these bugs planted (CONTRIBUTING.md), which the rest of the suite let
+through: height and width swapped in ``TimeSformer._pos_embed`` or in ``resample_pos_embed``;
+evaluation chunks concatenated in reverse order in ``VideoClassifier.view_logits``."""
 
 import math
 
