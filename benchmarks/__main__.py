@@ -2,6 +2,7 @@
 
     python -m benchmarks                      # everything (under 10 minutes on 2 CPU cores)
     python -m benchmarks --sections attention model --rounds 9
+    python -m benchmarks --sections variants  # softmax, dna, dna_shared_v, diff, cog side by side
     python -m benchmarks --quick              # fewer rounds and clips, a smoke run
     python -m benchmarks --compile            # also torch.compile (its first step compiles)
     python -m benchmarks --output results.md  # also write the table to a file
@@ -23,10 +24,10 @@ os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
 import torch
 
-from . import attention, data, model
+from . import attention, data, model, variants
 from .harness import machine_description, markdown_table
 
-SECTIONS = ("attention", "model", "data")
+SECTIONS = ("attention", "model", "variants", "data")
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -57,6 +58,8 @@ def main(argv: list[str] | None = None) -> str:
             rows += attention.run(rounds=args.rounds + 4, quick=args.quick)
         elif section == "model":
             rows += model.run(rounds=args.rounds, quick=args.quick, compile=args.compile)
+        elif section == "variants":
+            rows += variants.run(rounds=args.rounds, quick=args.quick)
         elif section == "data":
             rows += data.run(args.cache, rounds=max(2, args.rounds // 2), quick=args.quick)
         # Progress, and the rows so far in case a later section fails.

@@ -160,6 +160,8 @@ def rate_row(
 
 
 def _fmt(value: float, metric: str) -> str:
+    if metric == "M params":
+        return f"{value:.2f}"
     if "MiB" in metric:
         return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
     if value >= 100:

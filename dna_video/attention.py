@@ -14,7 +14,8 @@ Every module here keeps the official ViT/TimeSformer parameter names (`qkv` with
   maps (for visualisation and analysis). Slow and memory hungry by design.
 
 Select an implementation with :func:`build_attention` and a config string (``"softmax"``,
-``"dna"``); both the temporal and the spatial path of the TimeSformer use it.
+``"dna"``, or a variant of :mod:`dna_video.attention_variants`: ``"dna_shared_v"``, ``"diff"``,
+``"cog"``); both the temporal and the spatial path of the TimeSformer use it.
 """
 
 from __future__ import annotations
@@ -295,17 +296,25 @@ def build_attention(
     qkv_bias: bool = True,
     attn_drop: float = 0.0,
     proj_drop: float = 0.0,
+    layer_index: int = 1,
+    num_layers: int = 0,
     **kwargs,
 ) -> Attention:
-    """Build the attention module named ``kind`` (a key of :data:`ATTENTIONS`).
+    """Build the attention module named ``kind`` (a key of :data:`ATTENTIONS`, the variants of
+    :mod:`dna_video.attention_variants` included).
 
     Extra keyword arguments go to that implementation only (e.g. ``alpha_init`` for
-    ``"dna"``); passing one that it does not take is an error.
+    ``"dna"``); passing one that it does not take is an error. ``layer_index`` (the block's
+    1-based index) and ``num_layers`` reach the kinds that depend on depth (``takes_depth``).
     """
+    from . import attention_variants  # noqa: F401  (registers the variants; imports this module)
+
     try:
         cls = ATTENTIONS[kind]
     except KeyError:
         raise ValueError(
             f"unknown attention {kind!r}; choose one of {sorted(ATTENTIONS)}"
         ) from None
+    if getattr(cls, "takes_depth", False):
+        kwargs.update(layer_index=layer_index, num_layers=num_layers)
     return cls(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop, **kwargs)

@@ -2,12 +2,17 @@
 
 * The DataModule's class count and clip geometry are linked to the model, so a config never
   states them twice.
+* Run defaults (the paper's 15 epochs on one device, seed 0, TensorBoard logs in ``runs/``,
+  test after fit) are stated here once; the model's and the DataModules' argument defaults
+  hold the rest of the recipe, so an experiment config states only its own (dataset,
+  protocol, monitor, run name). ``--print_config`` shows everything.
 * Checkpoints: the best by a configurable metric (``checkpoint.*``) and ``last.ckpt`` after
-  every epoch; a rich progress bar; the full config saved beside each run's logs; training
-  clips/s, data-wait share and peak memory logged every epoch (``perf/*``).
-* ``predict`` writes ``predictions.csv`` (one row per video) into the run folder.
-* ``fit --test_after_fit true`` tests the best checkpoint right after training, in the same
-  process (the quickstart's one-command train-and-test).
+  every epoch; a rich progress bar; the full config saved beside each run's logs.
+* Callbacks (:mod:`dna_video.callbacks`): unreadable videos counted and named, clips/s
+  (Lightning's ThroughputMonitor), data-wait share and peak memory per epoch, and in
+  ``predict`` one row per video in ``predictions.csv`` in the run folder.
+* ``fit --test_after_fit true`` (the default) tests the best checkpoint right after training,
+  in the same process.
 """
 
 from __future__ import annotations
@@ -20,14 +25,24 @@ from typing import Any
 os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
 from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar, ThroughputMonitor
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from .callbacks.failed_videos import FailedVideoMonitor
+from .callbacks.predictions import PredictionWriter
+from .callbacks.run_summary import RunSummary
+from .callbacks.throughput import DataWaitMonitor, videos_in_batch
 from .data import listfile, ntu, smarthome, synthetic  # noqa: F401  (DataModules known by their short names)
 from .data.datamodule import VideoDataModule
 from .module import VideoClassifier
-from .predictions import PredictionWriter
-from .throughput import ThroughputMonitor
+
+# What every run does unless its config says otherwise; the recipe's 15 epochs among them.
+RUN_DEFAULTS = {
+    "max_epochs": 15,
+    "devices": 1,
+    "log_every_n_steps": 50,
+    "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": {"save_dir": "runs"}},
+}
 
 
 class DnACLI(LightningCLI):
@@ -47,15 +62,19 @@ class DnACLI(LightningCLI):
         parser.add_argument(
             "--test_after_fit",
             type=bool,
-            default=False,
+            default=True,
             help="After fit, test the best checkpoint (fit subcommand only).",
         )
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
         callbacks = [
+            FailedVideoMonitor(),  # {stage}/failed_videos and one warning per epoch naming them
             PredictionWriter(),  # acts only in `predict`: one CSV row per video
-            ThroughputMonitor(),  # clips/s, data-wait share and peak memory per training epoch
+            # clips/s as train/device/samples_per_sec, a mean over the last 20 steps
+            ThroughputMonitor(batch_size_fn=videos_in_batch, window_size=20),
+            DataWaitMonitor(),  # data-wait share, peak memory and the epoch's clips/s
+            RunSummary(),  # summary.json in the run folder: best / last checkpoint, test metrics, clips/s
         ]
         if config.trainer.get("enable_checkpointing") is not False:
             # `last.ckpt` after every epoch, for resuming: lightning 2.6's save_last only
@@ -98,6 +117,8 @@ def main(args: list[str] | None = None, run: bool = True) -> DnACLI:
         VideoClassifier,
         VideoDataModule,
         subclass_mode_data=True,
+        seed_everything_default=0,
+        trainer_defaults=RUN_DEFAULTS,
         save_config_kwargs={"overwrite": True},
         # The model owns its optimiser and schedule (model.optimizer, model.lr_scheduler).
         auto_configure_optimizers=False,

@@ -1,25 +1,25 @@
 """LightningModule: loss, metrics, multi-view evaluation and optimisation around a TimeSformer.
 
 The network (:class:`~dna_video.timesformer.TimeSformer`) knows nothing of Lightning; this
-module builds it from typed arguments (so LightningCLI turns them into YAML and ``--help``)
-and owns everything else: cross-entropy, torchmetrics accuracies, per-video aggregation of
-test views, alpha logging, optimiser and LR schedule. Fine-tuning: ``init_from`` imports a
-checkpoint of any supported layout (:mod:`dna_video.checkpoints`) adapted to this module's
-class count, frame count and resolution; ``freeze_backbone`` and ``backbone_lr_mult`` choose
-what trains and how fast.
+module builds it from typed arguments (so LightningCLI turns them into YAML and ``--help``),
+steps it, evaluates the views of each video and optimises it. Its argument defaults are the
+paper's fine-tuning recipe (dna.md). Fine-tuning: ``init_from`` imports a checkpoint of any
+supported layout (:mod:`dna_video.checkpoints`) adapted to this module's class count, frame
+count and resolution; ``freeze_backbone`` and ``backbone_lr_mult`` choose what trains and how
+fast. Side jobs (unreadable-video accounting, throughput, prediction files) are callbacks in
+:mod:`dna_video.callbacks`.
 """
 
 from __future__ import annotations
 
 import importlib
-import logging
 from functools import partial
 from typing import Any, Literal
 
 import lightning as L
 import torch
 import torch.nn.functional as F
-from einops import rearrange
+from einops import rearrange, repeat
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor
 from torchmetrics import MetricCollection
@@ -28,10 +28,9 @@ from torchmetrics.classification import MulticlassAccuracy
 from .checkpoints import LoadReport, load_pretrained
 from .metrics import MeanClassAccuracy
 from .timesformer import TimeSformer, timesformer
+from .views import aggregate_views, mean_view_probs
 
-log = logging.getLogger(__name__)
-
-__all__ = ["VideoClassifier", "aggregate_views"]
+__all__ = ["VideoClassifier"]
 
 # The paper's fine-tuning recipe (dna.md): SGD lr 0.005, momentum 0.9, wd 1e-4, 15 epochs,
 # lr x0.1 at epoch 11 and x0.01 at epoch 14. Given as class_path specs so that LightningCLI
@@ -55,22 +54,6 @@ def _as_callable(spec: Any) -> Any:
     return partial(getattr(importlib.import_module(module), name), **spec.get("init_args", {}))
 
 
-def aggregate_views(logits: Tensor, how: str = "sum", on: str = "logits") -> Tensor:
-    """Combine per-view predictions (B, V, K) into one score per video (B, K).
-
-    ``how``: ``sum``, ``mean`` or ``max`` over the V views; ``on``: combine raw ``logits``
-    or softmax ``probs``.
-    """
-    scores = logits.softmax(dim=-1) if on == "probs" else logits
-    if how == "sum":
-        return scores.sum(dim=1)
-    if how == "mean":
-        return scores.mean(dim=1)
-    if how == "max":
-        return scores.amax(dim=1)
-    raise ValueError(f"unknown view aggregation {how!r}: use sum, mean or max")
-
-
 class VideoClassifier(L.LightningModule):
     """Video classification with a divided space-time TimeSformer (DnA or softmax attention).
 
@@ -79,8 +62,13 @@ class VideoClassifier(L.LightningModule):
         num_frames: frames per clip (linked from the DataModule).
         img_size: input side (linked from the DataModule's crop size).
         arch: architecture preset: ``tiny`` (CPU tests), ``small`` (ViT-S/16), ``base`` (ViT-B/16).
-        attention: attention for both temporal and spatial paths: ``dna`` or ``softmax``.
-        attention_kwargs: extra arguments of the attention, e.g. ``{alpha_init: 0.5}`` for dna.
+        attention: attention of both the temporal and the spatial path: ``dna``, ``softmax``, or
+            a variant for the paper's comparisons: ``dna_shared_v``, ``diff`` (Differential
+            Attention), ``cog`` (Cog Attention); see :mod:`dna_video.attention_variants`.
+        temporal_attention: attention of the temporal path only (null: ``attention``).
+        spatial_attention: attention of the spatial path only (null: ``attention``).
+        attention_kwargs: extra arguments of the attention kinds in use, each kind taking its
+            own, e.g. ``{alpha_init: 0.5}`` (dna, dna_shared_v), ``{cog_softmax_ends: false}``.
         net_kwargs: overrides of other TimeSformer arguments (e.g. ``{depth: 6, patch_size: 8}``).
         drop_path_rate: stochastic depth at the last block (linear over depth).
         head_dropout: dropout before the classification head (0.5 in the fine-tuning recipe).
@@ -90,8 +78,10 @@ class VideoClassifier(L.LightningModule):
         lr_scheduler_interval: step the schedule every ``epoch`` or every ``step``.
         lr_scheduler_monitor: the metric a ``ReduceLROnPlateau`` schedule follows.
         warmup_steps: linear LR warm-up over this many optimiser steps, on top of the schedule.
-        view_aggregation: how the test views of a video are combined: ``sum``, ``mean``, ``max``.
-        aggregate: combine view ``logits`` or softmax ``probs``.
+        view_aggregation: how the evaluation views of a video are combined into the score the
+            metrics rank and the predicted class: ``sum``, ``mean`` or ``max``.
+        aggregate: combine view ``logits`` or softmax ``probs``; reported probabilities are
+            those of the mean view (softmax of the mean logits, or the mean probabilities).
         eval_chunk_size: views per forward pass in evaluation (bounds memory for many views).
         compile: ``torch.compile`` the network (not this module); the first step compiles.
         grad_checkpointing: recompute blocks in backward to save activation memory.
@@ -117,6 +107,9 @@ class VideoClassifier(L.LightningModule):
             optimiser's (e.g. 0.1 when fine-tuning); the head gets the optimiser's own.
     """
 
+    # Read by Lightning's ThroughputMonitor for FLOPs/s (it warns when absent); not measured.
+    flops_per_batch: int | None = None
+
     def __init__(
         self,
         num_classes: int,
@@ -125,6 +118,8 @@ class VideoClassifier(L.LightningModule):
         arch: str = "base",
         attention: str = "dna",
         attention_kwargs: dict[str, Any] | None = None,
+        temporal_attention: str | None = None,
+        spatial_attention: str | None = None,
         net_kwargs: dict[str, Any] | None = None,
         drop_path_rate: float = 0.1,
         head_dropout: float = 0.5,
@@ -149,7 +144,13 @@ class VideoClassifier(L.LightningModule):
         super().__init__()
         if backbone_lr_mult < 0:
             raise ValueError(f"backbone_lr_mult must be >= 0, got {backbone_lr_mult}")
+        # Every other argument is read back from self.hparams; the optimiser and schedule are
+        # callables, not hyper-parameters (LightningCLI saves their specs in config.yaml).
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
+        self.optimizer = _as_callable(optimizer)
+        self.lr_scheduler = _as_callable(lr_scheduler)
+
+        # -- the network ------------------------------------------------------------------
         self.net: TimeSformer = timesformer(
             arch,
             num_classes=num_classes,
@@ -157,6 +158,8 @@ class VideoClassifier(L.LightningModule):
             img_size=img_size,
             attention=attention,
             attention_kwargs=attention_kwargs,
+            temporal_attention=temporal_attention,
+            spatial_attention=spatial_attention,
             drop_path_rate=drop_path_rate,
             head_drop_rate=head_dropout,
             grad_checkpointing=grad_checkpointing,
@@ -167,20 +170,9 @@ class VideoClassifier(L.LightningModule):
             self.init_report = load_pretrained(
                 self.net, init_from, strict=init_strict, dna_init=dna_init, **(init_kwargs or {})
             )
-        self.freeze_backbone = freeze_backbone
-        self.backbone_lr_mult = backbone_lr_mult
         if freeze_backbone:
             self.net.requires_grad_(False)
             self.net.head.requires_grad_(True)
-        self.optimizer = _as_callable(optimizer)
-        self.lr_scheduler = _as_callable(lr_scheduler)
-        self.lr_scheduler_interval = lr_scheduler_interval
-        self.lr_scheduler_monitor = lr_scheduler_monitor
-        self.warmup_steps = warmup_steps
-        self.view_aggregation = view_aggregation
-        self.aggregate = aggregate
-        self.eval_chunk_size = eval_chunk_size
-        self.label_smoothing = label_smoothing
         if compile:
             # In place (nn.Module.compile): parameter names and checkpoints stay unchanged.
             # (A second attribute holding the network would register it twice and store
@@ -197,8 +189,6 @@ class VideoClassifier(L.LightningModule):
         )
         self.val_metrics = eval_metrics.clone(prefix="val/")
         self.test_metrics = eval_metrics.clone(prefix="test/")
-        # Unreadable videos met in the current epoch, per stage, reported at its end.
-        self._failed_paths: dict[str, list[str]] = {}
 
     def forward(self, video: Tensor) -> Tensor:
         """(B, C, T, H, W) -> logits (B, num_classes)."""
@@ -206,7 +196,7 @@ class VideoClassifier(L.LightningModule):
 
     def train(self, mode: bool = True) -> "VideoClassifier":
         super().train(mode)
-        if mode and getattr(self, "freeze_backbone", False):
+        if mode and self.hparams.get("freeze_backbone"):
             # A linear probe reads fixed features: no dropout or drop-path in the backbone.
             self.net.eval()
             self.net.head_drop.train()
@@ -217,7 +207,7 @@ class VideoClassifier(L.LightningModule):
         # Lightning does not call train() when fitting starts: it keeps each submodule's mode
         # as it finds it (and restores that mode after each validation), so the frozen
         # backbone's eval mode is applied once here.
-        if self.freeze_backbone:
+        if self.hparams.freeze_backbone:
             self.train()
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -228,90 +218,66 @@ class VideoClassifier(L.LightningModule):
         if hparams and hparams.get("init_from"):
             checkpoint["initialised_from"] = hparams["init_from"]
             hparams["init_from"] = None
+        # Class names travel with the weights: predictions and reports need no dataset.
+        names = getattr(self._trainer and self._trainer.datamodule, "class_names", None)
+        if names:
+            checkpoint["class_names"] = list(names)
 
-    # -- training ------------------------------------------------------------------------
+    # -- training step ---------------------------------------------------------------------
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         video, target = batch["video"], batch["label"]
-        self._log_failed("train", batch)
         logits = self(video)
-        loss = F.cross_entropy(logits, target, label_smoothing=self.label_smoothing)
+        loss = F.cross_entropy(logits, target, label_smoothing=self.hparams.label_smoothing)
         self.train_top1(logits, target)
-        b = video.shape[0]
-        self.log("train/loss", loss, prog_bar=True, batch_size=b)
-        self.log("train/top1", self.train_top1, on_step=False, on_epoch=True, batch_size=b)
+        videos = video.shape[0]
+        self.log("train/loss", loss, prog_bar=True, batch_size=videos)
+        self.log("train/top1", self.train_top1, on_step=False, on_epoch=True, batch_size=videos)
         return loss
 
     def on_train_epoch_end(self) -> None:
-        self._report_failed("train")
         for name, module in self.net.attention_modules().items():
             alpha = getattr(module, "neg_scalers", None)
             if alpha is not None:
                 self.log(f"alpha/{name}", alpha.detach().mean())
 
-    # -- evaluation ----------------------------------------------------------------------
-    def _log_failed(self, stage: str, batch: dict) -> None:
-        failed = batch.get("failed", 0)
-        self._failed_paths.setdefault(stage, []).extend(batch.get("failed_paths", []))
-        if stage != "predict":
-            self.log(
-                f"{stage}/failed_videos", float(failed), reduce_fx="sum", on_step=False, on_epoch=True,
-                batch_size=1, sync_dist=True,
-            )
-
-    def _report_failed(self, stage: str) -> None:
-        """One warning per epoch naming the unreadable videos (the count is also logged as
-        ``{stage}/failed_videos``)."""
-        paths = self._failed_paths.pop(stage, [])
-        if paths:
-            what = "replaced by other videos" if stage == "train" else "left out of the metrics"
-            shown = ", ".join(paths[:5]) + (f" (+{len(paths) - 5} more)" if len(paths) > 5 else "")
-            log.warning("%s epoch %d: %d unreadable video(s), %s: %s", stage, self.current_epoch, len(paths), what, shown)
-
-    def on_validation_epoch_end(self) -> None:
-        self._report_failed("val")
-
-    def on_test_epoch_end(self) -> None:
-        self._report_failed("test")
-
-    def on_predict_epoch_end(self) -> None:
-        self._report_failed("predict")
-
+    # -- evaluating the views of each video ------------------------------------------------
     def view_logits(self, views: Tensor) -> Tensor:
         """(B, V, C, T, H, W) -> per-view logits (B, V, K), at most ``eval_chunk_size`` views
         per forward pass."""
-        b = views.shape[0]
         flat = rearrange(views, "b v c t h w -> (b v) c t h w")
-        logits = torch.cat([self(chunk) for chunk in flat.split(self.eval_chunk_size)])
-        return rearrange(logits, "(b v) k -> b v k", b=b)
+        logits = torch.cat([self(chunk) for chunk in flat.split(self.hparams.eval_chunk_size)])
+        return rearrange(logits, "(b v) k -> b v k", b=views.shape[0])
 
-    def _eval_step(self, batch: dict, stage: str, metrics: MetricCollection) -> None:
-        self._log_failed(stage, batch)
-        if batch["video"] is None:  # every video of the batch failed to decode
-            return
-        target = batch["label"]
-        logits = self.view_logits(batch["video"])
-        b, v = logits.shape[:2]
-        loss = F.cross_entropy(rearrange(logits, "b v k -> (b v) k"), target.repeat_interleave(v))
-        metrics.update(aggregate_views(logits, self.view_aggregation, self.aggregate), target)
-        self.log(f"{stage}/loss", loss, batch_size=b)
-        self.log_dict(metrics, batch_size=b, prog_bar=stage == "val")
-
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, "val", self.val_metrics)
-
-    def test_step(self, batch: dict, batch_idx: int) -> None:
-        self._eval_step(batch, "test", self.test_metrics)
-
-    def predict_step(self, batch: dict, batch_idx: int) -> dict | None:
-        """Per video: path, aggregated class probabilities and the predicted class."""
-        self._log_failed("predict", batch)
+    def evaluate(self, batch: dict, metrics: MetricCollection | None = None) -> dict | None:
+        """Per video of an evaluation batch: ``path``, ``label`` (None when unknown),
+        ``probs`` (:func:`mean_view_probs`) and ``pred`` (the class the metrics count, from
+        :func:`aggregate_views`). With ``metrics``: also the loss over every view and the
+        metrics, logged under their prefix. None when every video of the batch failed."""
         if batch["video"] is None:
             return None
-        scores = aggregate_views(self.view_logits(batch["video"]), self.view_aggregation, self.aggregate)
-        probs = scores.softmax(-1) if self.aggregate == "logits" else scores / scores.sum(-1, keepdim=True)
-        return {"path": batch["path"], "probs": probs, "pred": probs.argmax(-1), "label": batch.get("label")}
+        logits = self.view_logits(batch["video"])
+        how, on = self.hparams.view_aggregation, self.hparams.aggregate
+        scores = aggregate_views(logits, how, on)
+        target = batch.get("label")
+        if metrics is not None:
+            videos, views = logits.shape[:2]
+            loss = F.cross_entropy(rearrange(logits, "b v k -> (b v) k"), repeat(target, "b -> (b v)", v=views))
+            metrics.update(scores, target)
+            stage = metrics.prefix.rstrip("/")
+            self.log(f"{stage}/loss", loss, batch_size=videos)
+            self.log_dict(metrics, batch_size=videos, prog_bar=stage == "val")
+        return {"path": batch.get("path"), "label": target, "probs": mean_view_probs(logits, on), "pred": scores.argmax(-1)}
 
-    # -- optimisation --------------------------------------------------------------------
+    def validation_step(self, batch: dict, batch_idx: int) -> dict | None:
+        return self.evaluate(batch, self.val_metrics)
+
+    def test_step(self, batch: dict, batch_idx: int) -> dict | None:
+        return self.evaluate(batch, self.test_metrics)
+
+    def predict_step(self, batch: dict, batch_idx: int) -> dict | None:
+        return self.evaluate(batch)
+
+    # -- optimisation ----------------------------------------------------------------------
     def param_groups(self) -> list[dict[str, Any]]:
         """Trainable parameters as optimiser groups: ``backbone`` (everything but the head, lr
         multiplier ``backbone_lr_mult``) and ``head``. Frozen parameters are left out."""
@@ -321,7 +287,7 @@ class VideoClassifier(L.LightningModule):
             if p.requires_grad:
                 (head if id(p) in head_ids else backbone).append(p)
         groups = [
-            {"params": backbone, "name": "backbone", "lr_mult": self.backbone_lr_mult},
+            {"params": backbone, "name": "backbone", "lr_mult": self.hparams.backbone_lr_mult},
             {"params": head, "name": "head", "lr_mult": 1.0},
         ]
         return [g for g in groups if g["params"]]
@@ -334,15 +300,16 @@ class VideoClassifier(L.LightningModule):
         if self.lr_scheduler is None:
             return optimizer
         scheduler = self.lr_scheduler(optimizer)
-        config = {"scheduler": scheduler, "interval": self.lr_scheduler_interval}
+        config = {"scheduler": scheduler, "interval": self.hparams.lr_scheduler_interval}
         if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-            config["monitor"] = self.lr_scheduler_monitor
+            config["monitor"] = self.hparams.lr_scheduler_monitor
         return {"optimizer": optimizer, "lr_scheduler": config}
 
     def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
         # Warm-up scales the learning rate only for the step itself and restores it after,
         # so the schedule's own state (often computed from the current lr) is untouched.
-        scale = min(1.0, (self.trainer.global_step + 1) / self.warmup_steps) if self.warmup_steps else 1.0
+        warmup = self.hparams.warmup_steps
+        scale = min(1.0, (self.trainer.global_step + 1) / warmup) if warmup else 1.0
         groups = optimizer.param_groups
         scheduled = [g["lr"] for g in groups]
         for g in groups:

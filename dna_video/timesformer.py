@@ -13,8 +13,9 @@ by a small table:
 * ``pos_embed`` / ``time_embed`` resampled at forward time when the input grid or frame
   count differs from the configured one.
 
-The same attention kind is used for the temporal and the spatial attention (both DnA in
-the paper's model). The module knows nothing of Lightning or datasets.
+The temporal and the spatial attention are chosen separately (``temporal_attention``,
+``spatial_attention``; one ``attention`` sets both, DnA in the paper's model). The module
+knows nothing of Lightning or datasets.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from .attention import Attention, build_attention
+from .attention_variants import kwargs_by_kind
 from .mlp import Mlp
 
 __all__ = [
@@ -95,7 +97,10 @@ class PatchEmbed(nn.Module):
 class DividedSpaceTimeBlock(nn.Module):
     """One divided space-time block: temporal attention, then spatial attention, then MLP.
 
-    ``temporal_attn`` and ``attn`` are instances of the same :class:`Attention` kind.
+    ``attn`` is of the kind ``attention``, ``temporal_attn`` of ``temporal_attention`` (the
+    same when None). ``layer_index`` (1-based) and ``num_layers`` reach both attentions (the
+    kinds that depend on depth, e.g. diff's lambda_init); ``attention_kwargs`` may hold
+    arguments of both kinds, each gets those its constructor takes.
     """
 
     def __init__(
@@ -110,19 +115,24 @@ class DividedSpaceTimeBlock(nn.Module):
         attn_drop: float = 0.0,
         drop_path: float = 0.0,
         norm_eps: float = 1e-6,
+        temporal_attention: str | None = None,
+        layer_index: int = 1,
+        num_layers: int = 0,
     ) -> None:
         super().__init__()
+        temporal_attention = temporal_attention or attention
+        kwargs = kwargs_by_kind([attention, temporal_attention], attention_kwargs)
 
-        def make_attention() -> Attention:
+        def make_attention(kind: str) -> Attention:
             return build_attention(
-                attention, dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop,
-                proj_drop=drop, **attention_kwargs,
+                kind, dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop,
+                layer_index=layer_index, num_layers=num_layers, **kwargs[kind],
             )
 
         self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
-        self.attn = make_attention()
+        self.attn = make_attention(attention)
         self.temporal_norm1 = nn.LayerNorm(dim, eps=norm_eps)
-        self.temporal_attn = make_attention()
+        self.temporal_attn = make_attention(temporal_attention)
         self.temporal_fc = nn.Linear(dim, dim)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
@@ -164,8 +174,12 @@ class TimeSformer(nn.Module):
         num_heads: attention heads per block.
         mlp_ratio: MLP hidden width / D.
         qkv_bias: bias on the attention projections.
-        attention: attention kind for BOTH temporal and spatial attention (``softmax``, ``dna``).
-        attention_kwargs: extra arguments of that attention kind (e.g. ``{alpha_init: 0.5}``).
+        attention: attention kind of both paths (``softmax``, ``dna``, ``dna_shared_v``,
+            ``diff``, ``cog``) unless ``temporal_attention`` / ``spatial_attention`` say otherwise.
+        attention_kwargs: extra arguments of the attention kinds in use (e.g.
+            ``{alpha_init: 0.5}``); each kind gets the ones its constructor takes.
+        temporal_attention: attention kind of the temporal path (None: ``attention``).
+        spatial_attention: attention kind of the spatial path (None: ``attention``).
         drop_rate: dropout inside MLP and after attention projections (0 in the recipes).
         attn_drop_rate: dropout on attention weights (keep 0: see :class:`Attention`).
         drop_path_rate: stochastic depth at the last block, linear from 0 over depth.
@@ -199,6 +213,8 @@ class TimeSformer(nn.Module):
         embed_interpolation: str = "nearest",
         grad_checkpointing: bool = False,
         norm_eps: float = 1e-6,
+        temporal_attention: str | None = None,
+        spatial_attention: str | None = None,
     ) -> None:
         super().__init__()
         if img_size % patch_size:
@@ -208,7 +224,13 @@ class TimeSformer(nn.Module):
         self.num_frames = num_frames
         self.patch_size = patch_size
         self.embed_dim = embed_dim
-        self.attention = attention
+        self.temporal_attention = temporal_attention or attention
+        self.spatial_attention = spatial_attention or attention
+        # One name when both paths agree (what checkpoint export and reports check), else both.
+        self.attention = (
+            self.spatial_attention if self.temporal_attention == self.spatial_attention
+            else f"temporal={self.temporal_attention},spatial={self.spatial_attention}"
+        )
         self.embed_interpolation = embed_interpolation
         self.grad_checkpointing = grad_checkpointing
         self.grid = (img_size // patch_size, img_size // patch_size)
@@ -222,9 +244,10 @@ class TimeSformer(nn.Module):
         dpr = torch.linspace(0, drop_path_rate, depth).tolist()
         self.blocks = nn.ModuleList(
             DividedSpaceTimeBlock(
-                embed_dim, num_heads, attention, dict(attention_kwargs or {}),
+                embed_dim, num_heads, self.spatial_attention, dict(attention_kwargs or {}),
                 mlp_ratio=mlp_ratio, qkv_bias=qkv_bias, drop=drop_rate,
                 attn_drop=attn_drop_rate, drop_path=dpr[i], norm_eps=norm_eps,
+                temporal_attention=self.temporal_attention, layer_index=i + 1, num_layers=depth,
             )
             for i in range(depth)
         )

@@ -21,6 +21,7 @@ from video_trees import (
     zero_length,
 )
 
+from dna_video.callbacks.failed_videos import FailedVideoMonitor
 from dna_video.data import FrameSampler, VideoClipDataset, VideoListDataModule, VideoRecord, collate_videos
 from dna_video.data.transforms import EvalClipTransform, TrainClipTransform
 from dna_video.data.video import VideoDecodeError, read_frames, write_video
@@ -122,7 +123,7 @@ def test_evaluation_leaves_broken_files_out_and_counts_them(files):
 
 
 class CountFailed(L.Callback):
-    """Sums the unreadable files the loaders reported, independently of the module's log."""
+    """Sums the unreadable files the loaders reported, independently of FailedVideoMonitor."""
 
     def __init__(self):
         self.train = self.val = 0
@@ -151,7 +152,7 @@ def test_fit_reports_unreadable_videos_at_the_end_of_each_epoch(files, tmp_path,
     counter = CountFailed()
     trainer = L.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                        callbacks=[counter])
+                        callbacks=[counter, FailedVideoMonitor()])
     caplog.set_level(logging.WARNING, logger="dna_video")
     trainer.fit(model, datamodule=dm)
     metrics = trainer.callback_metrics

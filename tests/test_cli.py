@@ -62,6 +62,11 @@ def test_fit_then_test_writes_checkpoints_config_and_metrics(synthetic_root, tmp
     last = run / "checkpoints" / "last.ckpt"
     state = torch.load(last, weights_only=False)
     assert state["epoch"] == 1 and "blocks.0.attn.neg_scalers" in {k.removeprefix("net.") for k in state["state_dict"]}
+    # What label i means, and the data settings the model was trained with, travel with it.
+    assert state["class_names"] == list(SYNTHETIC_CLASSES)
+    data_settings = state["datamodule_hyper_parameters"]
+    assert (data_settings["root"], data_settings["num_frames"], data_settings["crop_size"]) == (str(synthetic_root), 4, 64)
+    assert data_settings["videos_per_subject_class"] == 1 and data_settings["test_num_crops"] == 3
     main(["validate", *cli_args(synthetic_root, tmp_path, f"--ckpt_path={last}")])
     val_rows = read_metrics(tmp_path, "version_1")
     assert any(r.get("val/top1") for r in val_rows)

@@ -14,7 +14,8 @@ import torch
 from einops import rearrange
 
 from dna_video.metrics import MeanClassAccuracy
-from dna_video.module import VideoClassifier, aggregate_views
+from dna_video.module import VideoClassifier
+from dna_video.views import aggregate_views
 from dna_video.timesformer import resample_pos_embed, timesformer
 
 
@@ -165,6 +166,7 @@ def test_eval_chunks_give_the_per_view_logits_in_view_order(chunk):
     assert logits.shape == (3, 3, 5)
     torch.testing.assert_close(logits, alone, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(predicted["probs"], expected["probs"], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(predicted["probs"], alone.sum(1).softmax(-1), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(predicted["probs"], alone.mean(1).softmax(-1), atol=1e-5, rtol=1e-5)
+    assert torch.equal(predicted["pred"], alone.sum(1).argmax(-1))
     # The views differ, or a shuffled order would go unnoticed.
     assert (alone[:, 1:] - alone[:, :1]).abs().amax() > 1e-2

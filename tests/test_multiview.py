@@ -1,6 +1,9 @@
 """Multi-view evaluation: batch shapes and view order from real files, per-video
-aggregation of views (sum / mean / max of logits / probabilities) and the mean class
-accuracy over the classes present, against hand-computed values."""
+aggregation of views (sum / mean / max of logits / probabilities), the probabilities of the
+mean view that predict reports, and the mean class accuracy over the classes present,
+against hand-computed values."""
+
+import math
 
 import lightning as L
 import pytest
@@ -11,6 +14,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from dna_video.data import ToyotaSmarthome
 from dna_video.metrics import MeanClassAccuracy
 from dna_video.module import VideoClassifier
+from dna_video.views import aggregate_views, mean_view_probs
 
 
 def test_test_batches_hold_every_view_of_each_video_clip_major(smarthome_tree):
@@ -86,3 +90,50 @@ def test_mca_differs_from_torchmetrics_macro_when_a_class_is_absent():
     macro.update(preds, TARGETS)
     assert ours.compute().item() == pytest.approx(0.5)  # (0 + 1 + 1/2) / 3
     assert macro.compute().item() == pytest.approx(0.375)  # class 3 counted as 0: (0 + 1 + 1/2 + 0) / 4
+
+
+def _softmax(xs):
+    exps = [math.exp(x) for x in xs]
+    return [e / sum(exps) for e in exps]
+
+
+# What predict reports per video: the class the metrics count (the predictions of the table
+# above), and the probabilities of the MEAN of the views, by hand: softmax of the mean logits,
+# or mean of the views' softmax.
+PREDS = {"logits": {"sum": [1, 1, 2, 2], "mean": [1, 1, 2, 2], "max": [1, 1, 3, 2]},
+         "probs": {"sum": [0, 1, 2, 2], "mean": [0, 1, 2, 2], "max": [0, 1, 3, 2]}}
+
+
+@pytest.mark.parametrize("how, on", list(EXPECTED))
+def test_predictions_report_the_mean_views_probabilities(how, on):
+    model = VideoClassifier(num_classes=4, num_frames=1, img_size=16, arch="tiny", view_aggregation=how, aggregate=on,
+                            net_kwargs={"embed_dim": 16, "num_heads": 1, "depth": 1, "patch_size": 16})
+    model.net.forward = lambda x: x.flatten(1)
+    videos = VIEWS[:, :, None, None, None, :]
+    batches = [{"video": videos[i: i + 2], "label": TARGETS[i: i + 2], "path": [f"v{i}.mp4", f"v{i + 1}.mp4"],
+                "failed": 0, "failed_paths": []} for i in (0, 2)]
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    outputs = trainer.predict(model, dataloaders=DataLoader(batches, batch_size=None))
+    assert [p for out in outputs for p in out["path"]] == ["v0.mp4", "v1.mp4", "v2.mp4", "v3.mp4"]
+    assert torch.cat([out["label"] for out in outputs]).tolist() == TARGETS.tolist()
+    assert torch.cat([out["pred"] for out in outputs]).tolist() == PREDS[on][how]
+    probs = torch.cat([out["probs"] for out in outputs])
+    for video, views in enumerate(VIEWS.tolist()):
+        if on == "logits":
+            expected = _softmax([sum(column) / len(views) for column in zip(*views)])
+        else:
+            expected = [sum(column) / len(views) for column in zip(*[_softmax(v) for v in views])]
+        assert probs[video].tolist() == pytest.approx(expected, abs=1e-6)
+
+
+def test_mean_view_probs_is_not_the_softmax_of_summed_logits():
+    logits = VIEWS[:1]  # video A: [4, 0, 0, 0] and [0, 5.2, 5, 5]
+    # softmax([2, 2.6, 2.5, 2.5]) by hand
+    assert mean_view_probs(logits)[0].tolist() == pytest.approx(_softmax([2.0, 2.6, 2.5, 2.5]), abs=1e-6)
+    # Video D, two identical views [0, 0, 5, 0]: the mean view is that view, p = e^5 / (e^5 + 3);
+    # the softmax of the sum would report e^10 / (e^10 + 3), as if two views were more certain.
+    same = VIEWS[3:4]
+    assert mean_view_probs(same)[0, 2].item() == pytest.approx(math.exp(5) / (math.exp(5) + 3))
+    assert aggregate_views(same, "sum", "logits").softmax(-1)[0, 2].item() == pytest.approx(math.exp(10) / (math.exp(10) + 3))
+    with pytest.raises(ValueError, match="logits or probs"):
+        mean_view_probs(logits, on="scores")

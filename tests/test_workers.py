@@ -21,7 +21,7 @@ def test_workers_decode_with_fork_and_spawn_and_persist_across_epochs(smarthome_
     dm = ToyotaSmarthome(
         str(root), protocol="cs", num_workers=2 if context == "fork" else 1, batch_size=4, num_frames=4,
         sampling_rate=2, train_short_side=(32, 40), crop_size=32, persistent_workers=True,
-        multiprocessing_context=context,
+        multiprocessing_context=context, val_num_crops=1,  # one view per validation video
     )
     dm.setup("fit")
     loader = dm.train_dataloader()

@@ -183,3 +183,39 @@ def count_frames_pyav(path: Path) -> int:
     except av.error.FFmpegError:
         pass
     return n
+
+
+# ---------------------------------------------------------------------------- class folders
+
+
+def build_class_folder_tree(root: Path) -> dict:
+    """A class-per-folder dataset (the UCF101 / HMDB51 / Kinetics layout) with a split folder
+    each: ``train/<class>/`` holds every class, ``val/<class>/`` lacks ``run`` (so its own
+    folder numbering differs from the dataset's), one video is an MPEG-4 AVI, and a few files
+    are no .mp4/.avi video in a class folder.
+
+    Returns {"classes": sorted class names, "train": {relpath: class}, "val": {...},
+    "left_out": {"train": [relpath...], "val": [...]}}.
+    """
+    layout = {
+        "train": {"walk": ["w1.mp4", "w2.avi"], "jump": ["j1.mp4", "j2.mp4"], "run": ["r1.mp4", "r2.mp4"]},
+        "val": {"jump": ["j3.mp4"], "walk": ["w3.mp4", "w4.mp4"]},
+    }
+    facts: dict = {"classes": ["jump", "run", "walk"], "left_out": {"train": [], "val": []}}
+    seed = 0
+    for split, classes in layout.items():
+        facts[split] = {}
+        for name, videos in classes.items():
+            (root / split / name).mkdir(parents=True, exist_ok=True)
+            for video in videos:
+                path = root / split / name / video
+                if path.suffix == ".avi":
+                    write_avi(path, clip_frames(200 + seed))
+                else:
+                    write_video(str(path), clip_frames(200 + seed))
+                facts[split][f"{split}/{name}/{video}"] = name
+                seed += 1
+    for extra in ["train/walk/notes.txt", "train/labels.csv", "val/jump/clip.webm"]:
+        (root / extra).write_text("not listed")
+        facts["left_out"][extra.split("/")[0]].append(extra)
+    return facts

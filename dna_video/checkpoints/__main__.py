@@ -4,13 +4,15 @@ reference TimeSformer's own format.
     python -m dna_video.checkpoints inspect PATH [--num-heads N]
     python -m dna_video.checkpoints export-hf CHECKPOINT OUT_DIR [--class-names FILE]
     python -m dna_video.checkpoints export-ref CHECKPOINT OUT.pyth [--epoch N]
+    python -m dna_video.checkpoints card RUN_CHECKPOINT.ckpt [--out MODEL_CARD.md]
 
 CHECKPOINT is any importable checkpoint (a .ckpt of this project, a .pyth, a Hugging Face
 folder...). export-hf writes a softmax model as a save_pretrained folder. export-ref writes a
 softmax or DnA model as the reference TimeSformer's .pyth ('model_state' with every official
 key under 'model.', 'epoch', 'cfg'), the file the authors' code loads (TEST.CHECKPOINT_FILE_PATH
 or TRAIN.CHECKPOINT_FILE_PATH); it imports CHECKPOINT strictly, so the file holds exactly the
-trained model.
+trained model. card writes a model card (data, protocol, recipe, metrics, cost per view, the exact
+command) for a checkpoint of a cli.py run, from the run's own files.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .card import model_card
 from .export import export_huggingface, export_reference
 from .io import CheckpointError
 from .loading import timesformer_from_checkpoint
@@ -47,11 +50,26 @@ def _parser() -> argparse.ArgumentParser:
     reference.add_argument("checkpoint", help="checkpoint of a trained TimeSformer (e.g. a .ckpt of this project)")
     reference.add_argument("out", help="file to write, e.g. model.pyth")
     reference.add_argument("--epoch", type=int, default=0, help="the file's 'epoch' entry (default 0)")
+    card = sub.add_parser("card", help="model card of a checkpoint written by cli.py fit (markdown)")
+    card.add_argument("checkpoint", help="a .ckpt inside a run folder (runs/<name>/version_N/checkpoints/)")
+    card.add_argument("--out", help="file to write (default: print)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "card":
+        try:
+            text = model_card(args.checkpoint)
+        except (CheckpointError, FileNotFoundError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        if args.out:
+            Path(args.out).write_text(text)
+            print(f"wrote {args.out}")
+        else:
+            print(text, end="")
+        return 0
     overrides = {"num_heads": args.num_heads} if args.num_heads else {}
     try:
         model, report = timesformer_from_checkpoint(

@@ -56,20 +56,26 @@ def orthogonal_complement_like(w_pos: Tensor, num_heads: int) -> Tensor:
 @torch.no_grad()
 def init_negative_branch(attn: DenoisingAttention, policy: str = "random", eps: float = 1e-4) -> None:
     """Set ``attn.q_neg`` and ``attn.v_neg`` by ``policy`` (see the module docstring), from
-    the positive projections currently in ``attn.qkv``."""
+    the positive projections currently in ``attn.qkv``. A module without ``v_neg`` (the
+    shared-value ablation, ``dna_shared_v``) gets its Q- only."""
     if policy not in DNA_INIT_POLICIES:
         raise ValueError(f"unknown DnA init policy {policy!r}; choose one of {list(DNA_INIT_POLICIES)}")
     d = attn.dim
     w_q, _, w_v = attn.qkv.weight.split(d)
     b_q, _, b_v = attn.qkv.bias.split(d) if attn.qkv.bias is not None else (None, None, None)
+    v_neg = getattr(attn, "v_neg", None)
     if policy == "scaled_copy":
         attn.q_neg.weight.copy_(eps * w_q)
-        attn.v_neg.weight.copy_(eps * w_v)
         if attn.q_neg.bias is not None:
             attn.q_neg.bias.copy_(eps * b_q if b_q is not None else 0.0)
-            attn.v_neg.bias.copy_(eps * b_v if b_v is not None else 0.0)
+        if v_neg is not None:
+            v_neg.weight.copy_(eps * w_v)
+            if v_neg.bias is not None:
+                v_neg.bias.copy_(eps * b_v if b_v is not None else 0.0)
         return
     init_module(attn.q_neg)
-    init_module(attn.v_neg)
+    if v_neg is None:
+        return
+    init_module(v_neg)
     if policy == "orthogonal":
         attn.v_neg.weight.copy_(orthogonal_complement_like(w_v, attn.num_heads))

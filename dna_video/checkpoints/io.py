@@ -110,7 +110,7 @@ def unwrap_state_dict(obj: Any, notes: list[str] | None = None, where: str = "ch
     return state
 
 
-def _torch_load(path: Path, weights_only: bool | None) -> Any:
+def load_torch_file(path: Path, weights_only: bool | None) -> Any:
     def fail(e: BaseException) -> CheckpointError:
         return CheckpointError(f"{path}: not a PyTorch checkpoint ({type(e).__name__}: {e})")
 
@@ -152,7 +152,7 @@ def _read_weights(path: Path, weights_only: bool | None) -> Any:
             shard_state = _read_weights(path.parent / shard, weights_only)
             state.update(unwrap_state_dict(shard_state, where=str(path.parent / shard)))
         return state
-    return _torch_load(path, weights_only)
+    return load_torch_file(path, weights_only)
 
 
 def _hf_config_beside(path: Path) -> dict[str, Any] | None:

@@ -222,6 +222,12 @@ ATTENTION_EXTRAS: dict[str, tuple[str, Reason]] = {
     "q_neg": ("negative branch", Reason.DNA_INIT),
     "v_neg": ("negative branch", Reason.DNA_INIT),
     "neg_scalers": ("negative branch", Reason.ALPHA_INIT),
+    # Differential Attention (``diff``); its Q/K/V/proj are ``qkv`` / ``proj`` (no q/k/v bias).
+    "lambda_q1": ("differential lambda", Reason.DIFF_LAMBDA_INIT),
+    "lambda_k1": ("differential lambda", Reason.DIFF_LAMBDA_INIT),
+    "lambda_q2": ("differential lambda", Reason.DIFF_LAMBDA_INIT),
+    "lambda_k2": ("differential lambda", Reason.DIFF_LAMBDA_INIT),
+    "sub_norm": ("differential per-head norm", Reason.DIFF_NORM_INIT),
 }
 _ATTENTION_PARAM = re.compile(r"\.(?:temporal_)?attn\.([^.]+)(?:\.(?:weight|bias))?$")
 
@@ -356,7 +362,8 @@ def _hparams_kwargs(hparams: dict[str, Any] | None) -> dict[str, Any] | None:
     if arch not in PRESETS:
         return None
     kwargs = {**PRESETS[arch], **(hparams.get("net_kwargs") or {})}
-    for key in ("num_classes", "num_frames", "img_size", "attention", "attention_kwargs"):
+    for key in ("num_classes", "num_frames", "img_size", "attention", "attention_kwargs",
+                "temporal_attention", "spatial_attention"):
         if key in hparams:
             kwargs[key] = hparams[key]
     return kwargs
@@ -392,7 +399,10 @@ def infer_geometry(
     if "blocks.0.mlp.fc1.weight" in state:
         kwargs["mlp_ratio"] = state["blocks.0.mlp.fc1.weight"].shape[0] / dim
     kwargs["qkv_bias"] = "blocks.0.attn.qkv.bias" in state
-    kwargs["attention"] = "dna" if "blocks.0.attn.q_neg.weight" in state else "softmax"
+    kwargs["attention"] = _attention_kind(state, "blocks.0.attn.")
+    temporal = _attention_kind(state, "blocks.0.temporal_attn.")
+    if any(k.startswith("blocks.0.temporal_attn.") for k in state) and temporal != kwargs["attention"]:
+        kwargs["temporal_attention"] = temporal
     if "head.weight" in state:
         kwargs["num_classes"] = state["head.weight"].shape[0]
     if "time_embed" in state:
@@ -402,6 +412,8 @@ def infer_geometry(
         side = math.isqrt(n - 1) if math.isqrt(n - 1) ** 2 == n - 1 else math.isqrt(n)
         kwargs["img_size"] = side * patch
     heads = _neg_scaler_heads(state)
+    if heads is None and "blocks.0.attn.lambda_q1" in state:  # diff: lambda vectors of width D / H
+        heads = dim // state["blocks.0.attn.lambda_q1"].shape[0]
     if heads is None:
         heads = VIT_HEADS_BY_WIDTH.get(dim)
     if heads is not None:
@@ -420,6 +432,16 @@ def known_num_heads(
     if (kwargs := _hparams_kwargs(hparams)) is not None:
         return int(kwargs["num_heads"])
     return _neg_scaler_heads(state)
+
+
+def _attention_kind(state: dict[str, Tensor], prefix: str) -> str:
+    """The attention kind of the module under ``prefix`` as far as its tensors tell (cog has
+    softmax's tensors: it reads as ``softmax``)."""
+    if prefix + "lambda_q1" in state:
+        return "diff"
+    if prefix + "q_neg.weight" in state:
+        return "dna" if prefix + "v_neg.weight" in state else "dna_shared_v"
+    return "softmax"
 
 
 def _depth(state: dict[str, Tensor]) -> int:

@@ -133,6 +133,10 @@ def _evaluation_sampler(dataset) -> Sampler | None:
 class VideoDataModule(L.LightningDataModule):
     """Clip sampling, transforms and loaders shared by every video dataset.
 
+    The defaults are the paper's fine-tuning recipe (dna.md): batch 8, 8 frames at sampling
+    rate 32 (30 fps), short side jittered in [256, 320] + random crop 224 + flip, mean/std
+    0.45/0.225, evaluation on 1 clip x 3 crops of 224.
+
     Args:
         root: folder holding the dataset's videos.
         batch_size: clips per training batch; videos per evaluation batch.
@@ -149,7 +153,8 @@ class VideoDataModule(L.LightningDataModule):
             ImageNet ViT weights used 0.5).
         std: per-channel std for normalisation.
         val_num_clips: temporal views per video in validation.
-        val_num_crops: spatial views per video in validation (1 centre or 3 along the long side).
+        val_num_crops: spatial views per video in validation (1 centre or 3 along the long side;
+            3 as in test, so that the best checkpoint is chosen on what the test measures).
         test_num_clips: temporal views per video in test and predict.
         test_num_crops: spatial views per video in test and predict (1 or 3).
         max_retries: in training, how many other videos to try when a file cannot be decoded.
@@ -168,7 +173,7 @@ class VideoDataModule(L.LightningDataModule):
         self,
         root: str,
         batch_size: int = 8,
-        num_workers: int = 4,
+        num_workers: int = 8,
         num_frames: int = 8,
         sampling_rate: int = 32,
         target_fps: float | None = 30.0,
@@ -180,7 +185,7 @@ class VideoDataModule(L.LightningDataModule):
         mean: Sequence[float] = (0.45, 0.45, 0.45),
         std: Sequence[float] = (0.225, 0.225, 0.225),
         val_num_clips: int = 1,
-        val_num_crops: int = 1,
+        val_num_crops: int = 3,
         test_num_clips: int = 1,
         test_num_crops: int = 3,
         max_retries: int = 10,
@@ -191,6 +196,8 @@ class VideoDataModule(L.LightningDataModule):
         timeout: float = 0.0,
     ) -> None:
         super().__init__()
+        # Every argument, a subclass's too, in each checkpoint (datamodule_hyper_parameters).
+        self.save_hyperparameters()
         self.root = root
         self.batch_size = batch_size
         self.num_workers = num_workers

@@ -3,11 +3,15 @@
 Every dataset's facts (class order, which subjects or cameras make each split, the video
 counts of the full dataset) live in one place, the repository's ``data/`` folder, and are
 read from there by the DataModules, the ``prepare`` command and the tests' expectations.
+A built package (``pip install .``, a wheel) carries the same files as the package data of
+``dna_video.resources`` (``pyproject.toml`` maps ``data/`` there), read through
+:mod:`importlib.resources`; a checkout reads ``data/`` itself.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +19,33 @@ import yaml
 
 __all__ = ["DATA_DIR", "Protocol", "data_file", "read_class_names", "load_split_file"]
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+# A file every data folder holds: tells an installed copy's package data from the checkout's
+# placeholder folder (dna_video/resources/ holds only a README there).
+_PROBE = "toyota_smarthome_splits.yaml"
+
+
+def _find_data_dir() -> Path:
+    """The installed package's ``dna_video.resources`` if it holds the data files, else the
+    checkout's top-level ``data/`` folder."""
+    packaged = files("dna_video.resources").joinpath(_PROBE)
+    # A plain file on disk: wheels install unzipped, and data_file() hands out paths.
+    if isinstance(packaged, Path) and packaged.is_file():
+        return packaged.parent
+    return Path(__file__).resolve().parents[2] / "data"
+
+
+DATA_DIR = _find_data_dir()
 
 
 def data_file(name: str | Path) -> Path:
-    """A file of the repository's ``data/`` folder (an absolute path is returned as is)."""
+    """A file of dna-video's data folder (an absolute path is returned as is)."""
     path = Path(name)
     path = path if path.is_absolute() else DATA_DIR / path
     if not path.is_file():
         raise FileNotFoundError(
             f"data file {path} not found: dna-video reads its class lists and split definitions "
-            f"from {DATA_DIR}; run from a checkout (pip install -e .)"
+            f"from {DATA_DIR} (the package data of dna_video.resources, or data/ in a checkout); "
+            "reinstall the package (pip install .) or run from a complete checkout"
         )
     return path
 
@@ -81,7 +101,7 @@ class Protocol:
 
 
 def load_split_file(name: str | Path, default_classes: str | None = None) -> tuple[dict[str, Any], dict[str, Protocol]]:
-    """Read a split-definition YAML of ``data/``: (its top-level facts, protocol name -> Protocol).
+    """Read a split-definition YAML of the data folder: (its top-level facts, protocol name -> Protocol).
 
     A protocol's class list is its own ``classes`` entry or the file's top-level one.
     """

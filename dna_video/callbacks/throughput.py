@@ -1,9 +1,16 @@
-"""Training throughput and memory in the log: clips/s, time spent waiting for data, peak memory.
+"""How fast training runs and what holds it back: clips/s, data wait, peak memory.
 
-Per training step the logger gets ``perf/train_clips_per_s`` (that step, data wait included);
-after every training epoch it gets the epoch's figures, and one line goes to the console:
+Two callbacks, both on by default in the CLI:
 
-    epoch 3: 212.4 train clips/s, 31% of the time waiting for data, peak RSS 1.84 GB
+* Lightning's own :class:`~lightning.pytorch.callbacks.ThroughputMonitor`, counting videos
+  with ``batch_size_fn=``:func:`videos_in_batch`, logs ``train/device/samples_per_sec`` (clips/s, a rolling
+  mean over the last ``window_size`` steps; also ``validate/...`` and ``test/...``).
+* :class:`DataWaitMonitor` logs, per training epoch, ``perf/data_wait_fraction`` (the share
+  of the epoch spent waiting for the next batch), ``perf/peak_memory_gb`` and the whole
+  epoch's rate ``perf/epoch_train_clips_per_s`` (what ``summary.json`` keeps), and prints one
+  line:
+
+      epoch 3: 212.4 train clips/s, 31% of the time waiting for data, peak RSS 1.84 GB
 
 A high data-wait share means the loader (decoding, workers) is the bottleneck, not the model.
 Peak memory is the accelerator's allocator peak on CUDA (reset each epoch) and the process's
@@ -23,7 +30,14 @@ import torch
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ThroughputMonitor", "peak_memory_gb"]
+__all__ = ["DataWaitMonitor", "peak_memory_gb", "videos_in_batch"]
+
+
+def videos_in_batch(batch: Any) -> int:
+    """Videos in a batch of :func:`~dna_video.data.dataset.collate_videos` (one clip each in
+    training, all views of each in evaluation); 0 when every video of it failed to decode."""
+    video = batch.get("video") if isinstance(batch, dict) else batch
+    return int(video.shape[0]) if isinstance(video, torch.Tensor) else 0
 
 
 def peak_memory_gb(device: torch.device) -> tuple[float, str]:
@@ -35,21 +49,13 @@ def peak_memory_gb(device: torch.device) -> tuple[float, str]:
     return rss * (1 if sys.platform == "darwin" else 1024) / 1e9, "peak RSS"
 
 
-def _batch_size(batch: Any) -> int:
-    if isinstance(batch, dict):
-        batch = batch.get("video", next(iter(batch.values())))
-    elif isinstance(batch, (list, tuple)):
-        batch = batch[0]
-    return int(batch.shape[0]) if isinstance(batch, torch.Tensor) else 0
-
-
-class ThroughputMonitor(L.Callback):
-    """Log training clips/s, the share of time spent waiting for the next batch, and peak
-    memory (see the module docstring). Enabled by default in the CLI."""
+class DataWaitMonitor(L.Callback):
+    """Per training epoch: the share of time spent waiting for batches, peak memory and the
+    epoch's clips/s, logged and in one console line (see the module docstring)."""
 
     def __init__(self) -> None:
         self._clips = 0
-        self._epoch_start = self._step_end = self._step_start = 0.0
+        self._epoch_start = self._step_end = 0.0
         self._wait = 0.0
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -58,21 +64,15 @@ class ThroughputMonitor(L.Callback):
         if pl_module.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(pl_module.device)
 
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        self._step_start = time.perf_counter()
-        self._wait += self._step_start - self._step_end
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:
+        # From the end of the previous step (or the epoch's start) to here: the loader's time.
+        self._wait += time.perf_counter() - self._step_end
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        now = time.perf_counter()
-        n = _batch_size(batch)
-        self._clips += n
-        if now > self._step_end:
-            pl_module.log("perf/train_clips_per_s", n / (now - self._step_end), on_step=True, on_epoch=False)
-        self._step_end = now
+        self._clips += videos_in_batch(batch)
+        self._step_end = time.perf_counter()
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Up to the end of the last training step: validation, which Lightning runs before
@@ -83,11 +83,7 @@ class ThroughputMonitor(L.Callback):
         rate, wait = self._clips / elapsed, self._wait / elapsed
         memory, what = peak_memory_gb(pl_module.device)
         pl_module.log_dict(
-            {
-                "perf/epoch_train_clips_per_s": rate,
-                "perf/data_wait_fraction": wait,
-                "perf/peak_memory_gb": memory,
-            },
+            {"perf/epoch_train_clips_per_s": rate, "perf/data_wait_fraction": wait, "perf/peak_memory_gb": memory},
             on_step=False, on_epoch=True,
         )
         if trainer.is_global_zero:

@@ -1,0 +1,203 @@
+"""DnA (and the other attention kinds) in image classification: timm's own
+``VisionTransformer`` with our attention in every block, registered as timm models.
+
+* :class:`AttentionBlock` is timm's ``Block`` (norms, MLP, LayerScale, drop-path unchanged)
+  with ``attn`` built by :func:`dna_video.attention.build_attention`. It goes in through
+  ``block_fn``, not ``attn_layer``: timm 1.0.31 hands a block's ``depth`` to its attention only
+  when the attention is a subclass of its own ``DiffAttention``, and calls attention with
+  ``attn_mask`` / ``is_causal`` keywords, which our interface does not take (masks are refused
+  here). The block passes its 1-based index to the attention (``diff``'s lambda_init, ``cog``'s
+  softmax ends).
+* Registered timm names: ``vit_{tiny,small,base}_patch16_224_{dna,dna_shared_v,diff,cog}``
+  (e.g. ``timm.create_model("vit_base_patch16_224_dna", num_classes=1000)`` after importing
+  this module), so timm's own training script can build them. No pretrained weights are
+  registered: import ViT or DnA-ViT weights with :func:`load_image_checkpoint`.
+* :func:`load_image_checkpoint` reads timm ViT, DnA-ViT (separate ``q_neg``/``v_neg`` or fused
+  ``qqkvv``) and this package's checkpoints through :mod:`dna_video.checkpoints` (the same
+  conversion as the video model: positions resampled, head dropped for another class count,
+  DnA's negative branch by policy, a report of every tensor).
+
+Parameter names are timm's, so a DnA-ViT built here has the reference's names.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from timm.models import VisionTransformer, build_model_with_cfg, register_model
+from timm.models.vision_transformer import Block
+from torch import Tensor
+
+from .attention import Attention, build_attention
+from .attention_variants import kwargs_by_kind
+
+log = logging.getLogger(__name__)
+
+__all__ = ["AttentionBlock", "vision_transformer", "load_image_checkpoint", "VIT_PRESETS", "IMAGE_ATTENTIONS"]
+
+VIT_PRESETS: dict[str, dict[str, Any]] = {
+    "vit_tiny_patch16_224": dict(patch_size=16, embed_dim=192, depth=12, num_heads=3),
+    "vit_small_patch16_224": dict(patch_size=16, embed_dim=384, depth=12, num_heads=6),
+    "vit_base_patch16_224": dict(patch_size=16, embed_dim=768, depth=12, num_heads=12),
+}
+# Kinds registered as timm model names (softmax is timm's own ``vit_*``).
+IMAGE_ATTENTIONS = ("dna", "dna_shared_v", "diff", "cog")
+
+
+class AttentionBlock(Block):
+    """timm's pre-norm ViT block with one of our attention kinds as ``attn``.
+
+    Args (besides timm ``Block``'s, which ``VisionTransformer`` passes):
+        attention: attention kind (a key of :data:`dna_video.attention.ATTENTIONS`).
+        attention_kwargs: its extra arguments.
+        num_layers: number of blocks of the model (for kinds that depend on depth).
+        depth: this block's 0-based index (given by ``VisionTransformer``).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        attention: str = "dna",
+        attention_kwargs: dict[str, Any] | None = None,
+        num_layers: int = 0,
+        depth: int = 0,
+        qkv_bias: bool = False,
+        attn_drop: float = 0.0,
+        proj_drop: float = 0.0,
+        **block_kwargs: Any,
+    ) -> None:
+        super().__init__(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
+                         depth=depth, **block_kwargs)
+        if block_kwargs.get("qk_norm") or block_kwargs.get("scale_attn_norm"):
+            raise ValueError("qk_norm / scale_attn_norm are timm Attention options; our attention kinds have neither")
+        self.attention = attention
+        self.attn: Attention = build_attention(
+            attention, dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop,
+            layer_index=depth + 1, num_layers=num_layers, **dict(attention_kwargs or {}),
+        )
+
+    def forward(self, x: Tensor, attn_mask: Tensor | None = None, is_causal: bool = False) -> Tensor:
+        if attn_mask is not None or is_causal:
+            raise ValueError("attention masks are not supported by dna_video attention kinds")
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x))))
+        return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+
+
+def vision_transformer(
+    arch: str = "vit_base_patch16_224", attention: str = "dna", attention_kwargs: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> VisionTransformer:
+    """timm ``VisionTransformer`` of preset ``arch`` (a key of :data:`VIT_PRESETS`, or
+    ``custom`` with the geometry in ``kwargs``) with ``attention`` in every block; ``kwargs``
+    override any ``VisionTransformer`` argument (``num_classes``, ``img_size``,
+    ``drop_path_rate``, ``depth``...)."""
+    if arch != "custom" and arch not in VIT_PRESETS:
+        raise ValueError(f"unknown ViT arch {arch!r}; choose one of {sorted(VIT_PRESETS)} or 'custom'")
+    args = {**VIT_PRESETS.get(arch, {}), **kwargs}
+    depth = args.get("depth", 12)
+    per_kind = kwargs_by_kind([attention], attention_kwargs)[attention]
+    block_fn = partial(AttentionBlock, attention=attention, attention_kwargs=per_kind, num_layers=depth)
+    return VisionTransformer(block_fn=block_fn, **args)
+
+
+# -- timm registry --------------------------------------------------------------------------
+default_cfgs: dict[str, dict[str, Any]] = {}
+
+
+def _entrypoint(name: str, arch: str, attention: str):
+    def create(pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
+        if pretrained:
+            raise ValueError(
+                f"{name}: no pretrained weights are registered; build it with pretrained=False and import "
+                "weights with dna_video.vit.load_image_checkpoint (timm ViT or DnA-ViT checkpoints)"
+            )
+        attention_kwargs = kwargs.pop("attention_kwargs", None)
+        per_kind = kwargs_by_kind([attention], attention_kwargs)[attention]
+        args = {**VIT_PRESETS[arch], **kwargs}
+        block_fn = partial(AttentionBlock, attention=attention, attention_kwargs=per_kind, num_layers=args["depth"])
+        return build_model_with_cfg(
+            VisionTransformer, name, pretrained=False, feature_cfg=dict(out_indices=3, feature_cls="getter"),
+            block_fn=block_fn, **args,
+        )
+
+    create.__name__ = create.__qualname__ = name
+    create.__module__ = __name__
+    create.__doc__ = f"timm ViT {arch} with {attention} attention in every block (dna_video)."
+    return create
+
+
+def _register_all() -> None:
+    module = sys.modules[__name__]
+    for arch in VIT_PRESETS:
+        for attention in IMAGE_ATTENTIONS:
+            name = f"{arch}_{attention}"
+            default_cfgs[name] = {
+                "url": "", "num_classes": 1000, "input_size": (3, 224, 224), "crop_pct": 0.875,
+                "interpolation": "bicubic", "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225),
+                "first_conv": "patch_embed.proj", "classifier": "head",
+            }
+            fn = _entrypoint(name, arch, attention)
+            setattr(module, name, fn)
+            register_model(fn)
+
+
+_register_all()
+
+
+# -- checkpoints ----------------------------------------------------------------------------
+@torch.no_grad()
+def load_image_checkpoint(
+    model: VisionTransformer,
+    source: str | Path | dict[str, Tensor],
+    *,
+    strict: bool = False,
+    dna_init: str = "random",
+    dna_init_eps: float = 1e-4,
+    negate_v_neg: bool = False,
+    pos_interpolation: str = "bicubic",
+    log_report: bool = True,
+):
+    """Import an image checkpoint (timm ViT, DnA-ViT with separate or fused ``qqkvv``
+    projections, an image model of this package) into ``model`` in place through
+    :func:`dna_video.checkpoints.convert_checkpoint`: ``pos_embed`` resampled to the model's
+    grid (a zero cls entry added when the checkpoint has none), the head dropped when the
+    class count differs, attention extras the checkpoint lacks initialised as the report says
+    (DnA's Q-/V- by ``dna_init``). Returns the :class:`~dna_video.checkpoints.LoadReport`."""
+    from .checkpoints import CheckpointError, ImportOptions, TargetModel, convert_checkpoint, read_official
+    from .checkpoints.loading import initialise_missing
+
+    checkpoint = read_official(source)
+    if checkpoint.layout not in ("vit", "dna_vit_fused"):
+        raise CheckpointError(
+            f"{checkpoint.raw.path}: a {checkpoint.layout} checkpoint; the image model takes image ViT "
+            "checkpoints (timm ViT, DnA-ViT)"
+        )
+    if model.cls_token is None or model.no_embed_class or model.num_reg_tokens:
+        raise CheckpointError("load_image_checkpoint: the model must have a class token with a position entry")
+    blocks = list(model.blocks)
+    attn = blocks[0].attn
+    kinds = sorted({type(b.attn).__name__ for b in blocks})
+    target = TargetModel(
+        shapes={k: tuple(v.shape) for k, v in model.state_dict().items()},
+        grid=tuple(model.patch_embed.grid_size), num_frames=1, embed_dim=model.embed_dim,
+        num_classes=model.num_classes, depth=len(blocks), num_heads=attn.num_heads,
+        attention=getattr(blocks[0], "attention", "softmax"),
+        description=f"VisionTransformer({'/'.join(kinds)}, embed_dim={model.embed_dim}, depth={len(blocks)}, "
+                    f"heads={attn.num_heads}, grid={tuple(model.patch_embed.grid_size)}, classes={model.num_classes})",
+    )
+    options = ImportOptions(dna_init, dna_init_eps, negate_v_neg, pos_interpolation)
+    state, report = convert_checkpoint(checkpoint, target, options)
+    if strict and report.problems():
+        raise CheckpointError(f"strict import of {report.source} failed:\n  " + "\n  ".join(report.problems()))
+    model.load_state_dict(state, strict=False)
+    initialise_missing(model, report)
+    if log_report:
+        log.info("%s", report.table())
+    return report
