@@ -209,6 +209,10 @@ def test_dna_bf16_autocast_matches_plain_autograd():
         assert grad.dtype == torch.float32, name
         scale = expected[name].abs().max()
         assert (grad - expected[name]).abs().max() <= 0.05 * scale, name
+        # Per tensor, the relative error of the whole gradient: bf16 GEMMs give at most 1.9%
+        # here (x, Q+/K/V+, Q-), alpha 0.9%; a 4% error in alpha's gradient would not pass.
+        relative = ((grad - expected[name]).norm() / expected[name].norm()).item()
+        assert relative <= 0.025, (name, relative)
 
 
 def _saved_shapes(module, x):

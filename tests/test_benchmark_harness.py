@@ -1,8 +1,11 @@
 """The benchmark suite's measuring tools: peak tensor memory and interleaved timing."""
 
+from types import SimpleNamespace
+
 import torch
 
-from benchmarks.harness import Row, interleaved, markdown_table, peak_memory
+from benchmarks import harness
+from benchmarks.harness import Row, Timing, interleaved, markdown_table, peak_memory, rate_row, time_row
 
 
 def test_peak_memory_replays_allocations_and_frees():
@@ -33,3 +36,47 @@ def test_table_marks_targets():
     table = markdown_table(rows).splitlines()
     assert "| 1.50 |" in table[2] and "(met)" in table[2]
     assert "| 3.00 |" in table[3] and "(MISSED)" in table[3]
+
+
+class FakeClock:
+    """Wall and CPU clocks that advance only when a case says how long it took."""
+
+    def __init__(self):
+        self.wall = self.cpu = 0.0
+
+    def case(self, wall_seconds, cpu_share=0.5):
+        """A case whose calls take the given seconds in turn (CPU time: ``cpu_share`` of them)."""
+        durations = iter(wall_seconds)
+
+        def call():
+            took = next(durations)
+            self.wall += took
+            self.cpu += cpu_share * took
+
+        return call
+
+
+def test_interleaved_reports_the_median_of_the_timed_rounds_without_the_warmup(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(harness, "time", SimpleNamespace(perf_counter=lambda: clock.wall,
+                                                         process_time=lambda: clock.cpu))
+    # Warm-up call first (100 s, not timed), then 3 rounds; medians 3 and 2, minima 1 and 2,
+    # means 13/3 and 4.
+    cases = {"a": clock.case([100, 1, 9, 3]), "b": clock.case([50, 2, 2, 8], cpu_share=0.25)}
+    timings = interleaved(cases, rounds=3, warmup=1)
+    assert timings == {"a": Timing(wall=3, cpu=1.5), "b": Timing(wall=2, cpu=0.5)}
+
+
+def test_rate_and_time_rows_compute_ratios_and_check_the_target_direction():
+    ours, baseline = Timing(wall=0.5, cpu=0.4), Timing(wall=1.0, cpu=1.0)  # ours twice as fast
+    row = rate_row("s", "c", 8, "ours", ours, "base", baseline, ">= 1.5x", limit=1.5)
+    assert (row.ours_value, row.baseline_value, row.ratio, row.cpu_ratio) == (16.0, 8.0, 2.0, 2.5)
+    assert row.met is True
+    assert rate_row("s", "c", 8, "ours", ours, "base", baseline, limit=2.5).met is False
+    assert rate_row("s", "c", 8, "ours", baseline, "base", ours, limit=1.0).met is False  # slower: missed
+    assert rate_row("s", "c", 8, "ours", ours, "base", baseline).met is None  # no target
+    row = time_row("s", "c", "ms", "ours", ours, "base", baseline, "<= 0.6x", limit=0.6)
+    assert (row.ours_value, row.baseline_value, row.ratio, row.cpu_ratio) == (500.0, 1000.0, 0.5, 0.4)
+    assert row.met is True
+    assert time_row("s", "c", "ms", "ours", ours, "base", baseline, limit=0.4).met is False
+    assert time_row("s", "c", "ms", "ours", baseline, "base", ours, limit=1.0).met is False  # slower: missed

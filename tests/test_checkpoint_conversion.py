@@ -155,3 +155,106 @@ def test_export_ref_writes_the_reference_layout_and_reads_back_to_equal_logits(t
 def test_export_ref_refuses_a_model_without_head(tmp_path):
     with pytest.raises(CheckpointError, match="no classification head"):
         export_reference(ours("dna", num_classes=0), tmp_path / "x.pyth")
+
+
+# -- found by mutation testing (CONTRIBUTING.md) --------------------------------------------------
+def test_bad_import_options_name_the_value_and_the_choices():
+    from dna_video.checkpoints.conversion import ImportOptions
+
+    with pytest.raises(ValueError, match=r"^unknown dna_init 'copy'; choose one of \['random', 'scaled_copy', 'orthogonal'\]$"):
+        ImportOptions(dna_init="copy")
+    with pytest.raises(ValueError, match=r"^unknown pos_interpolation 'area'; choose one of \['bicubic', 'bilinear', 'nearest', 'flat_nearest'\]$"):
+        ImportOptions(pos_interpolation="area")
+    with pytest.raises(ValueError, match=r"^unknown time_interpolation 'cubic'; choose linear or nearest$"):
+        ImportOptions(time_interpolation="cubic")
+
+
+def test_headless_checkpoint_with_missing_and_foreign_tensors_reports_each_reason():
+    """No head (a backbone), no final norm weight, two tensors the model does not have: each
+    gets its own reason, the head is freshly initialised and the norm keeps the model's value."""
+    source = randomise(ours("softmax"))
+    state = source.state_dict()
+    for key in ("head.weight", "head.bias", "norm.weight"):
+        del state[key]
+    state["blocks.0.attn.extra.weight"] = torch.zeros(3)
+    state["some_buffer"] = torch.zeros(3)
+    model = sentinel_head(ours("softmax"))
+    with torch.no_grad():
+        model.norm.weight.fill_(3.0)
+    report = load_pretrained(model, state, log_report=False)
+    assert report.target == ("TimeSformer(attention=softmax, embed_dim=32, depth=2, heads=2, patch=8, frames=4, "
+                             "img=32, classes=5)")
+    assert report.initialised == {
+        "head.weight": "re-initialised (not in the checkpoint)",
+        "head.bias": "re-initialised (not in the checkpoint)",
+        "norm.weight": "not in the checkpoint: the model's own initialisation",
+    }
+    assert report.unused == {"blocks.0.attn.extra.weight": "not a parameter of this model",
+                             "some_buffer": "not a parameter of this model"}
+    assert torch.count_nonzero(model.head.bias) == 0 and model.head.weight.abs().max() < 0.1
+    assert torch.equal(model.norm.weight, torch.full((32,), 3.0))
+    torch.testing.assert_close(model.norm.bias, source.norm.bias)
+
+
+def test_negative_branches_are_judged_per_module(tmp_path):
+    """A checkpoint with the whole negative branch of some attention modules and none of the
+    others imports (the others get the policy); half a branch in one module is refused, and
+    the error names what is there and what is missing."""
+    state = randomise(ours("dna")).state_dict()
+    absent = [k for k in state if k.startswith("blocks.1.attn.") and (".q_neg." in k or ".v_neg." in k)]
+    model = ours("dna")
+    report = load_pretrained(model, {k: v for k, v in state.items() if k not in absent}, log_report=False)
+    assert sorted(k for k, r in report.initialised.items() if "neg" in k) == sorted(absent)
+    torch.testing.assert_close(model.blocks[0].attn.v_neg.weight, state["blocks.0.attn.v_neg.weight"])
+    half = save({k: v for k, v in state.items() if k != "blocks.1.attn.v_neg.weight"}, tmp_path / "half.pth")
+    with pytest.raises(CheckpointError) as error:
+        load_pretrained(ours("dna"), half, log_report=False)
+    message = str(error.value)
+    assert message.startswith(f"{half}: blocks.1.attn has only part of its negative branch")
+    assert "blocks.1.attn.q_neg.weight" in message and "['blocks.1.attn.v_neg.weight'] not" in message
+
+
+def test_a_checkpoint_of_another_width_is_refused_with_its_geometry_and_what_to_do():
+    state = randomise(ours("softmax", embed_dim=48)).state_dict()
+    with pytest.raises(CheckpointError) as error:
+        load_pretrained(ours("softmax"), state, log_report=False)
+    lines = str(error.value).splitlines()
+    assert lines[0].endswith("does not fit the model:")
+    assert "  norm.weight: checkpoint (48,), model (32,)" in lines
+    assert lines[-3:] == [
+        "The checkpoint's geometry: {'embed_dim': 48, 'depth': 2, 'patch_size': 8, 'mlp_ratio': 2.0, 'in_chans': 3}.",
+        "The model: TimeSformer(attention=softmax, embed_dim=32, depth=2, heads=2, patch=8, frames=4, img=32, classes=5).",
+        "Build the model with the checkpoint's width, depth, heads and patch size "
+        "(e.g. model.arch / model.net_kwargs, or timesformer_from_checkpoint).",
+    ]
+
+
+def test_foreign_parts_are_listed_eight_at_most(tmp_path):
+    state = randomise(ours("softmax")).state_dict()
+    for i in range(10):
+        state[f"blocks.{i}.ls1.gamma"] = torch.ones(32)
+    path = save(state, tmp_path / "layerscale.pth")
+    with pytest.raises(CheckpointError) as error:
+        load_pretrained(ours("softmax"), path, log_report=False)
+    message = str(error.value)
+    assert message.startswith(f"{path}: parts this TimeSformer does not implement: blocks.0.ls1.gamma (LayerScale); ")
+    assert message.count("(LayerScale)") == 8 and message.endswith("blocks.7.ls1.gamma (LayerScale)")
+
+
+def test_a_pos_embed_that_is_no_square_grid_is_refused_naming_the_file(tmp_path):
+    state = randomise(ours("softmax")).state_dict()
+    state["pos_embed"] = state["pos_embed"][:, :11]  # cls + 10 patch positions
+    path = save(state, tmp_path / "odd.pth")
+    with pytest.raises(CheckpointError, match=rf"^{path}: pos_embed: 10 patch positions do not form a square grid"):
+        load_pretrained(ours("softmax"), path, log_report=False)
+
+
+def test_no_pos_embed_and_a_head_without_bias_of_another_class_count():
+    state = randomise(ours("softmax", num_classes=9)).state_dict()
+    del state["pos_embed"], state["head.bias"]
+    model = ours("softmax")
+    own_pos = model.pos_embed.detach().clone()
+    report = load_pretrained(model, state, log_report=False)
+    assert report.initialised["pos_embed"] == "not in the checkpoint: the model's own initialisation"
+    assert report.unused == {"head.weight": "classes differ: 9 in the checkpoint, 5 here"}
+    assert torch.equal(model.pos_embed, own_pos)

@@ -104,6 +104,11 @@ def test_timm_vit_into_another_class_count_grid_and_frame_count(tmp_path):
     assert report.unused == {"head.weight": "classes differ: 5 in the checkpoint, 7 here",
                              "head.bias": "classes differ: 5 in the checkpoint, 7 here"}
     assert report.initialised["head.weight"].startswith("re-initialised (classes differ")
+    # Re-initialised in its values: no row of the checkpoint's head (std 0.1 there), zero bias.
+    head = model.head.weight.detach()
+    assert (head[:, None] - vit.head.weight.detach()[None]).abs().amax(-1).min() > 1e-3
+    assert torch.count_nonzero(model.head.bias) == 0 and torch.count_nonzero(vit.head.bias) > 0
+    assert 0.01 < head.std().item() < 0.03
     assert report.resampled["pos_embed"] == "grid 4x4 -> 6x6 (bicubic)"
     assert model.pos_embed.shape == (1, 37, 32)
     torch.testing.assert_close(model.pos_embed[:, 0], vit.pos_embed[:, 0])  # cls entry kept

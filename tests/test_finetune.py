@@ -44,6 +44,12 @@ def test_init_from_our_checkpoint_adapts_class_and_frame_count(source_ckpt):
     assert report.initialised == {"head.weight": "re-initialised (classes differ: 10 in the checkpoint, 6 here)",
                                   "head.bias": "re-initialised (classes differ: 10 in the checkpoint, 6 here)"}
     assert report.resampled == {"time_embed": "8 -> 4 frames (linear)"}
+    # The head's values, not only the report: fresh (timm's trunc_normal(0.02), zero bias),
+    # no row of it the checkpoint's (whose bias one training step made non-zero).
+    head, old_head = model.net.head.weight.detach(), source["head.weight"]
+    assert (head[:, None] - old_head[None]).abs().amax(-1).min() > 1e-3
+    assert torch.count_nonzero(model.net.head.bias) == 0 and torch.count_nonzero(source["head.bias"]) > 0
+    assert 0.01 < head.std().item() < 0.03 and head.abs().max() < 0.1
     state = model.net.state_dict()
     for key in ["blocks.1.attn.q_neg.weight", "blocks.0.temporal_attn.neg_scalers", "pos_embed", "norm.bias"]:
         assert torch.equal(state[key], source[key]), key

@@ -76,6 +76,14 @@ def test_temporal_path_reacts_to_frame_order_once_trained_weights_exist():
         for block in model.blocks:
             block.temporal_fc.weight.normal_(std=0.1)
     assert not torch.allclose(model(video), model(reversed_video), atol=1e-4)
+    # Which frame comes first is known only through time_embed (attention over time is
+    # order-free): reversing the frames equals reversing time_embed, value for value.
+    flipped = tiny(attention="dna").eval()
+    flipped.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        flipped.time_embed.copy_(model.time_embed.flip(1))
+    torch.testing.assert_close(model(reversed_video), flipped(video), atol=1e-5, rtol=1e-5)
+    assert (model(video) - model(reversed_video)).abs().max() > 1e-3  # 100 x the tolerance above
 
 
 def test_same_attention_kind_in_both_paths_and_official_names():
@@ -135,8 +143,15 @@ def test_grad_checkpointing_gives_the_same_gradients():
 
 def test_reset_head_and_bad_geometry():
     model = tiny()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     model.reset_head(11)
     assert model(torch.randn(1, 3, 4, 32, 32)).shape == (1, 11)
+    # Fresh values: trunc_normal(0.02) weights, zero bias; nothing else touched.
+    assert model.num_classes == 11 and model.head.weight.shape == (11, 64)
+    assert 0.015 < model.head.weight.std().item() < 0.025 and torch.count_nonzero(model.head.bias) == 0
+    for key, value in model.state_dict().items():
+        if not key.startswith("head."):
+            assert torch.equal(value, before[key]), key
     with pytest.raises(ValueError, match="not a multiple"):
         tiny(img_size=30)
     with pytest.raises(ValueError, match="unknown arch"):
