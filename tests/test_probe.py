@@ -7,7 +7,7 @@ import csv
 import lightning as L
 import pytest
 import torch
-from test_checkpoints import GEOMETRY, randomise, save, tiny_hf, tiny_vit
+from test_checkpoints import GEOMETRY, random_dna_vit_state, randomise, save, tiny_hf, tiny_vit
 from torch.utils.data import DataLoader
 
 from dna_video.checkpoints import CheckpointError
@@ -140,7 +140,7 @@ def official(state):
     return {"model_state": {f"model.{k}": v for k, v in state.items()}, "epoch": 15}
 
 
-@pytest.mark.parametrize("kind", ["ours", "official_softmax", "dna_reference", "timm_vit", "huggingface"])
+@pytest.mark.parametrize("kind", ["ours", "official_softmax", "dna_reference", "timm_vit", "dna_vit_fused", "huggingface"])
 def test_backbone_from_each_checkpoint_kind(tmp_path, kind):
     attention = "softmax" if kind in ("official_softmax", "timm_vit", "huggingface") else "dna"
     if kind == "ours":
@@ -152,14 +152,21 @@ def test_backbone_from_each_checkpoint_kind(tmp_path, kind):
         vit = randomise(tiny_vit())
         state = vit.state_dict()
         path = save(state, tmp_path / "vit.pth")
+    elif kind == "dna_vit_fused":  # rows [Q+; Q-; K; V+; V-]
+        fused = random_dna_vit_state()
+        w = fused["blocks.1.attn.qqkvv.weight"]
+        state = {k: v for k, v in fused.items() if "qqkvv" not in k}
+        state["blocks.1.attn.qkv.weight"] = torch.cat([w[:32], w[64:128]])
+        path = save({"model": fused}, tmp_path / "dna_vit.pth")
     else:
         hf = tiny_hf()
         hf.save_pretrained(tmp_path / "hf")
         path, state = tmp_path / "hf", None
     model = ProbeClassifierModule(num_classes=3, num_frames=4, img_size=32, num_probes=4, attention=attention,
-                                  cross_attention="dna", init_from=str(path), **BACKBONE)
+                                  cross_attention="dna", neg_init="copy" if attention == "dna" else "scaled_copy",
+                                  init_from=str(path), **BACKBONE)
     net = model.net.backbone
-    assert model.init_report is not None and not any(net.parameters().__next__().requires_grad for _ in [0])
+    assert model.init_report is not None and not any(p.requires_grad for p in net.parameters())
     loaded = net.state_dict()
     if state is not None:
         for key in ["blocks.1.attn.qkv.weight", "blocks.0.mlp.fc2.bias", "patch_embed.proj.weight", "norm.weight"]:
@@ -172,6 +179,11 @@ def test_backbone_from_each_checkpoint_kind(tmp_path, kind):
         assert all(torch.equal(v, state[k]) for k, v in loaded.items())
     if kind in ("ours", "dna_reference"):
         assert torch.equal(loaded["blocks.0.temporal_attn.q_neg.weight"], state["blocks.0.temporal_attn.q_neg.weight"])
+    if attention == "dna":  # neg_init copy: the backbone block's own Q-, V- and alpha
+        assert torch.equal(model.net.interactions[1].attn.q_neg.weight, loaded["blocks.1.attn.q_neg.weight"])
+        assert torch.equal(model.net.interactions[0].attn.neg_scalers, loaded["blocks.0.attn.neg_scalers"])
+    if kind == "dna_vit_fused":
+        assert torch.equal(loaded["blocks.1.attn.q_neg.weight"], w[32:64])
     # The interaction modules start from the imported blocks, and the probe classifies.
     assert torch.equal(model.net.interactions[1].attn.kv.weight, loaded["blocks.1.attn.qkv.weight"][32:])
     assert model(video()).shape == (2, 3)
