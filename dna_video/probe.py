@@ -16,7 +16,10 @@ projection gives near-zero queries, uniform attention and identical probes.
 
 The backbone runs in eval mode without building a graph: only the probes, the interaction
 modules and the head train, and training memory holds no backbone activations.
-The module knows nothing of Lightning; :mod:`dna_video.probe_module` trains it.
+The module knows nothing of Lightning; :mod:`dna_video.probe_module` trains it, and
+``python -m dna_video.probe {fit,validate,test,predict} --config configs/probe_quickstart.yaml``
+is its command line (``cli.py``'s options plus the probe's; ``--config NAME`` also finds the
+configs shipped with the package, as ``python -m dna_video``).
 """
 
 from __future__ import annotations
@@ -199,3 +202,13 @@ class ProbeClassifier(nn.Module):
     def attention_modules(self) -> dict[str, CrossAttention]:
         """Every cross-attention by its parameter-name prefix, e.g. ``interactions.0.attn``."""
         return {name: m for name, m in self.named_modules() if isinstance(m, CrossAttention)}
+
+
+if __name__ == "__main__":  # the command line; Lightning is imported only here
+    import sys
+
+    from dna_video.__main__ import resolve_config_names
+    from dna_video.probe_module import main
+
+    sys.argv[1:] = resolve_config_names(sys.argv[1:])
+    main()

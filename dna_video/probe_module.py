@@ -7,7 +7,7 @@ VideoClassifier's network (``arch`` / ``net_kwargs`` / ``attention`` give its ge
 metrics, multi-view evaluation, optimisation and checkpoints are the VideoClassifier's; a
 checkpoint holds the backbone too, so it restores without the backbone's file.
 
-``python probe.py fit --config configs/probe_quickstart.yaml`` runs it (see ``probe.py``).
+``python -m dna_video.probe fit --config configs/probe_quickstart.yaml`` runs :func:`main`.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ class ProbeClassifierModule(VideoClassifier):
 def main(args: list[str] | None = None, run: bool = True):
     """The dna-video LightningCLI (links, checkpoints, ``--test_after_fit``) around
     :class:`ProbeClassifierModule`."""
-    from .cli import DnACLI, _show_info_logs
+    from .cli import RUN_DEFAULTS, DnACLI, _show_info_logs
     from .data import listfile, ntu, smarthome, synthetic  # noqa: F401  (DataModules by short name)
     from .data.datamodule import VideoDataModule
 
@@ -124,6 +124,8 @@ def main(args: list[str] | None = None, run: bool = True):
         ProbeClassifierModule,
         VideoDataModule,
         subclass_mode_data=True,
+        seed_everything_default=0,
+        trainer_defaults=RUN_DEFAULTS,
         save_config_kwargs={"overwrite": True},
         auto_configure_optimizers=False,
         args=args,

@@ -256,3 +256,15 @@ def test_probe_fit_and_test_through_the_command_line(synthetic_root, tmp_path):
         again = next(r for r in csv.DictReader(f) if r.get("test/top1"))
     assert float(again["test/top1"]) == top1
     assert float(again["test/loss"]) == pytest.approx(float(test_row["test/loss"]), rel=1e-5)
+
+
+def test_paper_probe_config_resolves_to_the_viscop_geometry_on_timesformer_b(synthetic_root):
+    parser = main(["--config", "configs/probe_quickstart.yaml", f"--data.init_args.root={synthetic_root}",
+                   "--trainer.logger=false"], run=False).parser
+    config = parser.parse_args(["--config", "configs/probe_paper.yaml", "--data.init_args.root=/data/x"]).as_dict()
+    model, data = config["model"], config["data"]["init_args"]
+    assert (model["arch"], model["attention"], model["num_probes"], model["probe_layers"]) == ("base", "dna", 16, None)
+    assert (model["cross_attention"], model["interaction"], model["neg_init"], model["neg_init_eps"]) == (
+        "dna", "replace", "scaled_copy", 1e-4)
+    assert (data["num_frames"], data["crop_size"], data["protocol"]) == (8, 224, "cs")
+    assert config["data"]["class_path"] == "dna_video.data.ToyotaSmarthome"
