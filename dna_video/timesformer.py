@@ -306,6 +306,17 @@ class TimeSformer(nn.Module):
                 x = block(x, t)
         return self.norm(x)[:, 0]
 
+    def forward_intermediates(self, video: Tensor, indices: list[int]) -> list[Tensor]:
+        """The tokens (B, 1 + n*T, D) leaving each block in ``indices`` (0-based, ascending),
+        cls first, before any norm; blocks after the last index are not run."""
+        t = video.shape[2]
+        x, wanted, out = self.embed(video), set(indices), []
+        for i, block in enumerate(self.blocks[: max(indices) + 1]):
+            x = block(x, t)
+            if i in wanted:
+                out.append(x)
+        return out
+
     def forward_head(self, features: Tensor) -> Tensor:
         return self.head(self.head_drop(features))
 
