@@ -14,19 +14,26 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any
 
 # jsonargparse >= 4.49 makes lightning's CLI print deprecation warnings; set before import.
 os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
 from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from .data import listfile, ntu, smarthome, synthetic  # noqa: F401  (DataModules known by their short names)
+from .callbacks.guard import NonFiniteError, NonFiniteGuard
+from .callbacks.run_state import RunState
+from .callbacks.summary import fit_summary
 from .data.datamodule import VideoDataModule
 from .module import VideoClassifier
 from .predictions import PredictionWriter
+from .runs import AtomicCheckpointIO, Experiment, prepare_restore
 from .throughput import ThroughputMonitor
 
 
@@ -36,6 +43,7 @@ class DnACLI(LightningCLI):
         parser.link_arguments("data.init_args.num_frames", "model.num_frames")
         parser.link_arguments("data.init_args.crop_size", "model.img_size")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(NonFiniteGuard, "nonfinite")
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/top1",
@@ -51,12 +59,25 @@ class DnACLI(LightningCLI):
             help="After fit, test the best checkpoint (fit subcommand only).",
         )
 
+    def _parse_ckpt_path(self) -> None:
+        # Before Lightning overwrites the model options with the checkpoint's: `last` found by
+        # run identity, the file checked, differing options reported (dna_video.runs).
+        subcommand = self.config.get("subcommand")
+        if subcommand:
+            for line in prepare_restore(self.config[subcommand], subcommand):
+                log.warning(line)
+        super()._parse_ckpt_path()
+
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
+        experiment = Experiment.from_logger_config(config.trainer.get("logger"), config.trainer.get("default_root_dir"))
         callbacks = [
             PredictionWriter(),  # acts only in `predict`: one CSV row per video
             ThroughputMonitor(),  # clips/s, data-wait share and peak memory per training epoch
+            RunState(experiment),  # run registry, RNG state in checkpoints, checkpoint on SIGTERM
         ]
+        if config.trainer.get("logger") not in (False, None) and self.subcommand == "fit":
+            callbacks.append(LearningRateMonitor(logging_interval="step"))
         if config.trainer.get("enable_checkpointing") is not False:
             # `last.ckpt` after every epoch, for resuming: lightning 2.6's save_last only
             # writes it when the monitored checkpoint is written too, so it gets a callback of
@@ -71,12 +92,22 @@ class DnACLI(LightningCLI):
         if config.get("enable_checkpointing") is False:
             # Lightning refuses ModelCheckpoint callbacks with checkpointing off: drop `checkpoint.*`.
             callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
-        return super()._instantiate_trainer(config, callbacks)
+        trainer = super()._instantiate_trainer(config, callbacks)
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # not one the user chose
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        return trainer
 
     def after_fit(self) -> None:
+        test_metrics = None
         if self.config[self.subcommand].get("test_after_fit"):
             ckpt = "best" if self.trainer.checkpoint_callback and self.trainer.checkpoint_callback.best_model_path else None
-            self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
+            results = self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
+            test_metrics = results[0] if results else None
+        if self.trainer.is_global_zero:
+            print(fit_summary(self.trainer, test_metrics), flush=True)
+
+
+log = logging.getLogger(__name__)
 
 
 def _show_info_logs() -> None:
@@ -104,3 +135,19 @@ def main(args: list[str] | None = None, run: bool = True) -> DnACLI:
         args=args,
         run=run,
     )
+
+
+# Errors that are the user's to fix (configuration, data, checkpoints, divergence): printed as
+# one message, without a traceback, unless DNA_VIDEO_TRACEBACK=1.
+USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, NonFiniteError, MisconfigurationException)
+
+
+def console_main(args: list[str] | None = None) -> None:
+    """``python cli.py ...``: :func:`main`, with user errors as one line and exit status 1."""
+    try:
+        main(args)
+    except USER_ERRORS as exc:
+        if os.environ.get("DNA_VIDEO_TRACEBACK") == "1":
+            raise
+        sys.stderr.write(f"error: {type(exc).__name__}: {exc}\n(set DNA_VIDEO_TRACEBACK=1 for the traceback)\n")
+        sys.exit(1)
