@@ -291,7 +291,8 @@ class VideoClassifier(L.LightningModule):
         b, v = logits.shape[:2]
         loss = F.cross_entropy(rearrange(logits, "b v k -> (b v) k"), target.repeat_interleave(v))
         metrics.update(aggregate_views(logits, self.view_aggregation, self.aggregate), target)
-        self.log(f"{stage}/loss", loss, batch_size=b)
+        # sync_dist: under DDP the epoch value is the mean over every process's videos, not rank 0's.
+        self.log(f"{stage}/loss", loss, batch_size=b, sync_dist=True)
         self.log_dict(metrics, batch_size=b, prog_bar=stage == "val")
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:

@@ -31,33 +31,45 @@ class PredictionWriter(BasePredictionWriter):
 
     def write_on_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, predictions, batch_indices) -> None:
         outputs = [o for o in predictions if o is not None]
-        if not outputs:
-            return
         names = getattr(trainer.datamodule, "class_names", None) if trainer.datamodule is not None else None
+        rows = [row for out in outputs for row in self._rows(out, names)]
+        if trainer.world_size > 1:
+            # Every process predicted its share of the videos: rank 0 writes them all, in the
+            # dataset's order (each video is predicted once: the evaluation sampler does not pad).
+            shares: list = [None] * trainer.world_size
+            torch.distributed.all_gather_object(shares, rows)
+            if not trainer.is_global_zero:
+                return
+            rows = [row for share in shares for row in share]
+            dataset = getattr(trainer.predict_dataloaders, "dataset", None)
+            order = {r.path: i for i, r in enumerate(getattr(dataset, "records", []))}
+            rows.sort(key=lambda row: order.get(row[0], len(order)))
+        if not rows:
+            return
         folder = Path(trainer.log_dir or trainer.default_root_dir)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / self.filename
-        if trainer.world_size > 1:  # one file per process; rows never overlap
-            path = path.with_stem(f"{path.stem}.rank{trainer.global_rank}")
         with open(path, "w", newline="") as f:
             writer = csv.writer(f)
             writer.writerow(["path", "label", "pred", "pred_name", "prob", "top_k"])
-            rows = 0
-            for out in outputs:
-                probs = out["probs"].float().cpu()
-                k = min(self.top_k, probs.shape[1])
-                top = torch.topk(probs, k, dim=1)
-                labels = out.get("label")
-                for i, video in enumerate(out["path"]):
-                    pred = int(top.indices[i, 0])
-                    ranked = " ".join(f"{int(c)}:{float(p):.4f}" for p, c in zip(top.values[i], top.indices[i]))
-                    writer.writerow([
-                        video,
-                        int(labels[i]) if labels is not None else "",
-                        pred,
-                        names[pred] if names else "",
-                        f"{float(top.values[i, 0]):.6f}",
-                        ranked,
-                    ])
-                    rows += 1
-        log.info("wrote %d predictions to %s", rows, path)
+            writer.writerows(rows)
+        log.info("wrote %d predictions to %s", len(rows), path)
+
+    def _rows(self, out: dict, names: list[str] | None) -> list[list]:
+        probs = out["probs"].float().cpu()
+        k = min(self.top_k, probs.shape[1])
+        top = torch.topk(probs, k, dim=1)
+        labels = out.get("label")
+        rows = []
+        for i, video in enumerate(out["path"]):
+            pred = int(top.indices[i, 0])
+            ranked = " ".join(f"{int(c)}:{float(p):.4f}" for p, c in zip(top.values[i], top.indices[i]))
+            rows.append([
+                video,
+                int(labels[i]) if labels is not None else "",
+                pred,
+                names[pred] if names else "",
+                f"{float(top.values[i, 0]):.6f}",
+                ranked,
+            ])
+        return rows

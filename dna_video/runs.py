@@ -33,12 +33,12 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "AtomicCheckpointIO",
-    "CheckpointError",
+    "RestoreError",
     "Experiment",
     "RunRecord",
     "compare_hparams",
     "find_latest_run",
-    "read_checkpoint",
+    "read_run_checkpoint",
     "record_run",
     "run_of_checkpoint",
 ]
@@ -62,7 +62,7 @@ NETWORK_HPARAMS = ("arch", "attention", "attention_kwargs", "net_kwargs", "num_c
 IGNORED_HPARAMS = ("init_from",)
 
 
-class CheckpointError(ValueError):
+class RestoreError(ValueError):
     """A checkpoint that cannot be used as asked (not a checkpoint, or options that change
     the network it holds)."""
 
@@ -70,12 +70,12 @@ class CheckpointError(ValueError):
 # -- checkpoints ------------------------------------------------------------------------
 
 
-def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+def read_run_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """The checkpoint at ``path`` (on the CPU, tensors and plain data only), or a
-    :class:`CheckpointError` naming the file and what it is."""
+    :class:`RestoreError` naming the file and what it is."""
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"checkpoint {path} does not exist (or is not a file)")
+        raise RestoreError(f"checkpoint {path} does not exist (or is not a file)")
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch's unpickling errors do not name the file
@@ -84,13 +84,13 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
             "a zip file that is not a torch checkpoint" if zipfile.is_zipfile(path)
             else f"not a torch checkpoint ({size} bytes; {type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
         )
-        raise CheckpointError(
+        raise RestoreError(
             f"{path} is {kind}. --ckpt_path takes a .ckpt written by this project's fit "
             "(e.g. <run>/checkpoints/last.ckpt); to start from other weights use --model.init_from"
         ) from exc
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         keys = sorted(checkpoint)[:5] if isinstance(checkpoint, dict) else type(checkpoint).__name__
-        raise CheckpointError(
+        raise RestoreError(
             f"{path} is a torch file but not a Lightning checkpoint (no 'state_dict'; it holds {keys}). "
             "To start from these weights use --model.init_from instead of --ckpt_path"
         )
@@ -110,7 +110,7 @@ def _plain(value: Any) -> Any:
 
 def compare_hparams(given: dict[str, Any], saved: dict[str, Any], checkpoint: str) -> list[str]:
     """Compare the model options of a command (``given``) with a checkpoint's saved
-    hyper-parameters. Raises :class:`CheckpointError` listing every option that changes the
+    hyper-parameters. Raises :class:`RestoreError` listing every option that changes the
     network; returns one warning per other option that differs (the checkpoint's value is the
     one used)."""
     network, others = [], []
@@ -125,7 +125,7 @@ def compare_hparams(given: dict[str, Any], saved: dict[str, Any], checkpoint: st
         line = f"model.{key}: given {value!r}, the checkpoint has {saved_value!r}"
         (network if key in NETWORK_HPARAMS else others).append(line)
     if network:
-        raise CheckpointError(
+        raise RestoreError(
             f"{checkpoint} holds a different network than the options ask for:\n  " + "\n  ".join(network)
             + "\nDrop these options (the checkpoint's values apply), or to train a new network from "
             "these weights use --model.init_from instead of --ckpt_path"
@@ -245,7 +245,7 @@ def find_latest_run(experiment: Experiment) -> RunRecord:
         if record.last_checkpoint.is_file():
             return record
     seen = f"{len(records)} recorded run(s), none with a last.ckpt" if records else "no recorded run"
-    raise CheckpointError(
+    raise RestoreError(
         f"--ckpt_path last: {seen} of experiment {experiment.name!r} ({experiment.logger}) in "
         f"{experiment.registry}. Check trainer.logger's save_dir and name (they must be the run's), "
         "or give the checkpoint's path"
@@ -279,7 +279,7 @@ def set_logger_version(logger: Any, version: str, subfolder: str | None = None) 
     kind = logger.class_path.rsplit(".", 1)[-1]
     argument = VERSION_ARGUMENT.get(kind)
     if argument is None:
-        raise CheckpointError(f"cannot continue a run of logger {kind}: it is not one of {sorted(VERSION_ARGUMENT)}")
+        raise RestoreError(f"cannot continue a run of logger {kind}: it is not one of {sorted(VERSION_ARGUMENT)}")
     value: Any = version
     if kind in ("TensorBoardLogger", "CSVLogger"):
         # They take an int version as the folder version_<int>, a string as the folder's name.
@@ -307,7 +307,7 @@ def prepare_restore(config: Any, subcommand: str) -> list[str]:
         if subcommand != "fit" and experiment is None:
             return []  # Lightning's own meaning: the last checkpoint of this trainer
         if experiment is None:
-            raise CheckpointError(
+            raise RestoreError(
                 "--ckpt_path last finds the latest run through trainer.logger's save_dir and name: "
                 "set a logger (as the configs in configs/ do), or give the checkpoint's path"
             )
@@ -315,7 +315,7 @@ def prepare_restore(config: Any, subcommand: str) -> list[str]:
         config.ckpt_path = ckpt_path = str(record.last_checkpoint)
         version = record.version
         log.info("--ckpt_path last: continuing %s (run %s, %s)", record.log_dir, version, ckpt_path)
-    checkpoint = read_checkpoint(ckpt_path)
+    checkpoint = read_run_checkpoint(ckpt_path)
     warnings = compare_hparams(config.model, checkpoint.get("hyper_parameters") or {}, str(ckpt_path))
     if version is None:
         version = run_of_checkpoint(experiment, ckpt_path)
