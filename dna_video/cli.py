@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
 from typing import Any
 
 # jsonargparse >= 4.49 makes lightning's CLI print deprecation warnings; set before import.
@@ -100,7 +101,9 @@ class DnACLI(LightningCLI):
     def after_fit(self) -> None:
         test_metrics = None
         if self.config[self.subcommand].get("test_after_fit"):
-            ckpt = "best" if self.trainer.checkpoint_callback and self.trainer.checkpoint_callback.best_model_path else None
+            # The best checkpoint's path (not "best", which makes Lightning warn about our two
+            # ModelCheckpoint callbacks).
+            ckpt = (self.trainer.checkpoint_callback.best_model_path or None) if self.trainer.checkpoint_callback else None
             results = self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
             test_metrics = results[0] if results else None
         if self.trainer.is_global_zero:
@@ -123,8 +126,22 @@ def _show_info_logs() -> None:
     logger.setLevel(logging.INFO)
 
 
+class _NoAdverts(logging.Filter):
+    """Lightning's advertisements for its cloud products, printed on every run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip:")
+
+
+def _quiet_noise() -> None:
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoAdverts())
+    # Raised inside Lightning (utilities/_pytree.py) by torch >= 2.10 on every run; nothing to act on.
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+
+
 def main(args: list[str] | None = None, run: bool = True) -> DnACLI:
     _show_info_logs()
+    _quiet_noise()
     return DnACLI(
         VideoClassifier,
         VideoDataModule,
