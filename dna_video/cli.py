@@ -137,6 +137,8 @@ def _quiet_noise() -> None:
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoAdverts())
     # Raised inside Lightning (utilities/_pytree.py) by torch >= 2.10 on every run; nothing to act on.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+    # A CSVLogger opening a run folder again (resume, evaluation): RunState keeps its metrics.
+    warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
 
 
 def main(args: list[str] | None = None, run: bool = True) -> DnACLI:
