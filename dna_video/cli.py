@@ -24,6 +24,7 @@ os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
@@ -34,7 +35,7 @@ from .callbacks.summary import fit_summary
 from .data.datamodule import VideoDataModule
 from .module import VideoClassifier
 from .predictions import PredictionWriter
-from .runs import AtomicCheckpointIO, Experiment, prepare_restore
+from .runs import AtomicCheckpointIO, Experiment, keep_csv_metrics, prepare_restore
 from .throughput import ThroughputMonitor
 
 
@@ -96,6 +97,10 @@ class DnACLI(LightningCLI):
         trainer = super()._instantiate_trainer(config, callbacks)
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # not one the user chose
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                if isinstance(logger, CSVLogger):  # reopened by a resume or an evaluation
+                    keep_csv_metrics(logger)
         return trainer
 
     def after_fit(self) -> None:

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import os
@@ -38,6 +39,7 @@ __all__ = [
     "RunRecord",
     "compare_hparams",
     "find_latest_run",
+    "keep_csv_metrics",
     "read_run_checkpoint",
     "record_run",
     "run_of_checkpoint",
@@ -286,6 +288,21 @@ def set_logger_version(logger: Any, version: str, subfolder: str | None = None) 
         folder = f"version_{version}" if version.isdigit() else version
         value = f"{folder}/{subfolder}" if subfolder else (int(version) if version.isdigit() else folder)
     logger.init_args[argument] = value
+
+
+def keep_csv_metrics(logger: Any) -> None:
+    """A CSVLogger opening an existing run folder deletes its ``metrics.csv``: put the rows
+    back and let the writer append to them (a resumed run continues its metrics file)."""
+    if getattr(logger, "_experiment", None) is not None:
+        return  # already opened
+    path = Path(logger.log_dir) / "metrics.csv"
+    if not path.is_file():
+        return
+    kept = path.read_text()
+    writer = logger.experiment  # deletes the file
+    path.write_text(kept)
+    header = next(csv.reader(kept.splitlines()), [])
+    writer.metrics_keys = list(header)
 
 
 # -- the command's checkpoint -----------------------------------------------------------

@@ -3,18 +3,15 @@ random-number state in every checkpoint, and a checkpoint when the cluster asks 
 
 from __future__ import annotations
 
-import csv
 import logging
 import os
 import random
-from pathlib import Path
 from typing import Any
 
 import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from ..runs import Experiment, record_run
@@ -63,12 +60,6 @@ class RunState(Callback):
         self.experiment = experiment
         self._restored_rng: dict[str, Any] | None = None
 
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if trainer.is_global_zero:
-            for logger in trainer.loggers:
-                if isinstance(logger, CSVLogger):
-                    _keep_csv_metrics(logger)
-
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.experiment is not None and trainer.logger is not None and trainer.is_global_zero:
             checkpoint_dir = next((c.dirpath for c in trainer.checkpoint_callbacks if c.dirpath), None)
@@ -98,17 +89,3 @@ class RunState(Callback):
         log.warning("SIGTERM at epoch %d, step %d: saved %s; continue with --ckpt_path last",
                     trainer.current_epoch, trainer.global_step, path)
 
-
-def _keep_csv_metrics(logger: CSVLogger) -> None:
-    """A CSVLogger opening an existing run folder deletes its ``metrics.csv``: put the rows
-    back and let the writer append to them (a resumed run continues its metrics file)."""
-    if getattr(logger, "_experiment", None) is not None:
-        return  # already opened
-    path = Path(logger.log_dir) / "metrics.csv"
-    if not path.is_file():
-        return
-    kept = path.read_text()
-    writer = logger.experiment  # deletes the file
-    path.write_text(kept)
-    header = next(csv.reader(kept.splitlines()), [])
-    writer.metrics_keys = list(header)
