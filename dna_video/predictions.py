@@ -25,14 +25,24 @@ class PredictionWriter(BasePredictionWriter):
     """
 
     def __init__(self, filename: str = "predictions.csv", top_k: int = 5) -> None:
-        super().__init__(write_interval="epoch")
+        # Rows are made per batch (strategies that spawn processes keep no predictions for
+        # the epoch end) and written at the end of the epoch.
+        super().__init__(write_interval="batch_and_epoch")
         self.filename = filename
         self.top_k = top_k
+        self._pending: list[list] = []
+
+    def on_predict_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._pending = []
+
+    def write_on_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, prediction, batch_indices,
+                           batch, batch_idx: int, dataloader_idx: int) -> None:
+        if prediction is not None:
+            names = getattr(trainer.datamodule, "class_names", None) if trainer.datamodule is not None else None
+            self._pending.extend(self._rows(prediction, names))
 
     def write_on_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, predictions, batch_indices) -> None:
-        outputs = [o for o in predictions if o is not None]
-        names = getattr(trainer.datamodule, "class_names", None) if trainer.datamodule is not None else None
-        rows = [row for out in outputs for row in self._rows(out, names)]
+        rows, self._pending = self._pending, []
         if trainer.world_size > 1:
             # Every process predicted its share of the videos: rank 0 writes them all, in the
             # dataset's order (each video is predicted once: the evaluation sampler does not pad).

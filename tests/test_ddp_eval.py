@@ -37,6 +37,15 @@ def only(folder, name):
 
 def test_two_processes_log_the_single_process_metrics_and_one_predictions_file(synthetic_root, tmp_path):
     ddp = ["--trainer.devices=2", "--trainer.strategy=ddp_spawn"]
+    main(["predict", *args(synthetic_root, tmp_path / "one")])
+    main(["predict", *args(synthetic_root, tmp_path / "two", *ddp)])
+    rows_one = only(tmp_path / "one", "predictions.csv")
+    rows_two = only(tmp_path / "two", "predictions.csv")  # one file, not one per rank
+    assert len(rows_two) == TEST_VIDEOS and [r["path"] for r in rows_two] == [r["path"] for r in rows_one]
+    for a, b in zip(rows_one, rows_two):
+        assert a["pred"] == b["pred"] and a["label"] == b["label"]
+        assert float(a["prob"]) == pytest.approx(float(b["prob"]), abs=1e-5)
+
     # No checkpoint: seed_everything(0) builds the same weights in both runs.
     main(["test", *args(synthetic_root, tmp_path / "one")])
     main(["test", *args(synthetic_root, tmp_path / "two", *ddp)])
@@ -46,12 +55,3 @@ def test_two_processes_log_the_single_process_metrics_and_one_predictions_file(s
         assert float(two[key]) == pytest.approx(float(one[key]), abs=1e-5), key
     # top-1 is a count of videos over all 35: a duplicated or missing video would show.
     assert abs(float(two["test/top1"]) * TEST_VIDEOS - round(float(two["test/top1"]) * TEST_VIDEOS)) < 1e-4
-
-    main(["predict", *args(synthetic_root, tmp_path / "one")])
-    main(["predict", *args(synthetic_root, tmp_path / "two", *ddp)])
-    rows_one = only(tmp_path / "one", "predictions.csv")
-    rows_two = only(tmp_path / "two", "predictions.csv")  # one file, not one per rank
-    assert len(rows_two) == TEST_VIDEOS and [r["path"] for r in rows_two] == [r["path"] for r in rows_one]
-    for a, b in zip(rows_one, rows_two):
-        assert a["pred"] == b["pred"] and a["label"] == b["label"]
-        assert float(a["prob"]) == pytest.approx(float(b["prob"]), abs=1e-5)
