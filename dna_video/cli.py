@@ -79,7 +79,7 @@ class DnACLI(LightningCLI):
             RunState(experiment),  # run registry, RNG state in checkpoints, checkpoint on SIGTERM
         ]
         if config.trainer.get("logger") not in (False, None) and self.subcommand == "fit":
-            callbacks.append(LearningRateMonitor(logging_interval="step"))
+            callbacks.append(LearningRateMonitor())  # at each step of the schedule (per epoch by default)
         if config.trainer.get("enable_checkpointing") is not False:
             # `last.ckpt` after every epoch, for resuming: lightning 2.6's save_last only
             # writes it when the monitored checkpoint is written too, so it gets a callback of
