@@ -2,12 +2,15 @@
 logged scalar reduced over the ranks, every video counted once, one merged predictions file."""
 
 import csv
+import os
+from pathlib import Path
 
 import pytest
 
 from dna_video.cli import main
 from dna_video.data.synthetic import SYNTHETIC_CLASSES
 
+REPO = Path(__file__).resolve().parents[1]
 TEST_VIDEOS = 7 * len(SYNTHETIC_CLASSES)  # an odd count: the ranks get 18 and 17 videos
 
 
@@ -35,7 +38,9 @@ def only(folder, name):
         return list(csv.DictReader(f))
 
 
-def test_two_processes_log_the_single_process_metrics_and_one_predictions_file(synthetic_root, tmp_path):
+def test_two_processes_log_the_single_process_metrics_and_one_predictions_file(synthetic_root, tmp_path, monkeypatch):
+    # The spawned processes must import this checkout's dna_video (not an installed copy).
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     ddp = ["--trainer.devices=2", "--trainer.strategy=ddp_spawn"]
     main(["predict", *args(synthetic_root, tmp_path / "one")])
     main(["predict", *args(synthetic_root, tmp_path / "two", *ddp)])
