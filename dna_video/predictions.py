@@ -43,6 +43,8 @@ class PredictionWriter(BasePredictionWriter):
 
     def write_on_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, predictions, batch_indices) -> None:
         rows, self._pending = self._pending, []
+        # trainer.log_dir is a collective under DDP: every rank asks for it, before rank 0 alone writes.
+        folder = Path(trainer.log_dir or trainer.default_root_dir)
         if trainer.world_size > 1:
             # Every process predicted its share of the videos: rank 0 writes them all, in the
             # dataset's order (each video is predicted once: the evaluation sampler does not pad).
@@ -56,7 +58,6 @@ class PredictionWriter(BasePredictionWriter):
             rows.sort(key=lambda row: order.get(row[0], len(order)))
         if not rows:
             return
-        folder = Path(trainer.log_dir or trainer.default_root_dir)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / self.filename
         with open(path, "w", newline="") as f:
