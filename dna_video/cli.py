@@ -21,23 +21,32 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import warnings
 from typing import Any
 
 # jsonargparse >= 4.49 makes lightning's CLI print deprecation warnings; set before import.
 os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
 from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar, ThroughputMonitor
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar, ThroughputMonitor
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from .callbacks.failed_videos import FailedVideoMonitor
 from .callbacks.predictions import PredictionWriter
-from .callbacks.run_summary import RunSummary
+from .callbacks.run_summary import RunSummary, read_summary
 from .callbacks.test_report import TestReportWriter
 from .callbacks.throughput import DataWaitMonitor, videos_in_batch
 from .data import listfile, ntu, smarthome, synthetic  # noqa: F401  (DataModules known by their short names)
+from .callbacks.guard import NonFiniteError, NonFiniteGuard
+from .callbacks.run_state import RunState
+from .callbacks.summary import fit_summary
 from .data.datamodule import VideoDataModule
 from .module import VideoClassifier
+from .runs import AtomicCheckpointIO, Experiment, keep_csv_metrics, prepare_restore
 
 # What every run does unless its config says otherwise; the recipe's 15 epochs among them.
 RUN_DEFAULTS = {
@@ -54,6 +63,7 @@ class DnACLI(LightningCLI):
         parser.link_arguments("data.init_args.num_frames", "model.num_frames")
         parser.link_arguments("data.init_args.crop_size", "model.img_size")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(NonFiniteGuard, "nonfinite")
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/top1",
@@ -69,8 +79,18 @@ class DnACLI(LightningCLI):
             help="After fit, test the best checkpoint (fit subcommand only).",
         )
 
+    def _parse_ckpt_path(self) -> None:
+        # Before Lightning overwrites the model options with the checkpoint's: `last` found by
+        # run identity, the file checked, differing options reported (dna_video.runs).
+        subcommand = self.config.get("subcommand")
+        if subcommand:
+            for line in prepare_restore(self.config[subcommand], subcommand):
+                log.warning(line)
+        super()._parse_ckpt_path()
+
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
+        experiment = Experiment.from_logger_config(config.trainer.get("logger"), config.trainer.get("default_root_dir"))
         callbacks = [
             FailedVideoMonitor(),  # {stage}/failed_videos and one warning per epoch naming them
             PredictionWriter(),  # acts only in `predict`: one CSV row per video
@@ -79,7 +99,10 @@ class DnACLI(LightningCLI):
             DataWaitMonitor(),  # data-wait share, peak memory and the epoch's clips/s
             RunSummary(),  # summary.json in the run folder: best / last checkpoint, test metrics, clips/s
             TestReportWriter(),  # acts only in `test`: metrics JSON, predictions CSV, confusion PNG
+            RunState(experiment),  # run registry, RNG state in checkpoints, checkpoint on SIGTERM
         ]
+        if config.trainer.get("logger") not in (False, None) and self.subcommand == "fit":
+            callbacks.append(LearningRateMonitor())  # at each step of the schedule (per epoch by default)
         if config.trainer.get("enable_checkpointing") is not False:
             # `last.ckpt` after every epoch, for resuming: lightning 2.6's save_last only
             # writes it when the monitored checkpoint is written too, so it gets a callback of
@@ -94,12 +117,27 @@ class DnACLI(LightningCLI):
         if config.get("enable_checkpointing") is False:
             # Lightning refuses ModelCheckpoint callbacks with checkpointing off: drop `checkpoint.*`.
             callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
-        return super()._instantiate_trainer(config, callbacks)
+        trainer = super()._instantiate_trainer(config, callbacks)
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # not one the user chose
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                if isinstance(logger, CSVLogger):  # reopened by a resume or an evaluation
+                    keep_csv_metrics(logger)
+        return trainer
 
     def after_fit(self) -> None:
         if self.config[self.subcommand].get("test_after_fit"):
-            ckpt = "best" if self.trainer.checkpoint_callback and self.trainer.checkpoint_callback.best_model_path else None
+            # The best checkpoint's path (not "best", which makes Lightning warn about our two
+            # ModelCheckpoint callbacks).
+            ckpt = (self.trainer.checkpoint_callback.best_model_path or None) if self.trainer.checkpoint_callback else None
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
+        log_dir = self.trainer.log_dir  # on every rank: a broadcast under DDP
+        if self.trainer.is_global_zero and log_dir:
+            print(fit_summary(read_summary(log_dir)), flush=True)
+
+
+log = logging.getLogger(__name__)
 
 
 def _show_info_logs() -> None:
@@ -115,8 +153,24 @@ def _show_info_logs() -> None:
     logger.setLevel(logging.INFO)
 
 
+class _NoAdverts(logging.Filter):
+    """Lightning's advertisements for its cloud products, printed on every run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip:")
+
+
+def _quiet_noise() -> None:
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoAdverts())
+    # Raised inside Lightning (utilities/_pytree.py) by torch >= 2.10 on every run; nothing to act on.
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+    # A CSVLogger opening a run folder again (resume, evaluation): RunState keeps its metrics.
+    warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
+
+
 def main(args: list[str] | None = None, run: bool = True) -> DnACLI:
     _show_info_logs()
+    _quiet_noise()
     return DnACLI(
         VideoClassifier,
         VideoDataModule,
@@ -129,3 +183,19 @@ def main(args: list[str] | None = None, run: bool = True) -> DnACLI:
         args=args,
         run=run,
     )
+
+
+# Errors that are the user's to fix (configuration, data, checkpoints, divergence): printed as
+# one message, without a traceback, unless DNA_VIDEO_TRACEBACK=1.
+USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, NonFiniteError, MisconfigurationException)
+
+
+def console_main(args: list[str] | None = None) -> None:
+    """``python cli.py ...``: :func:`main`, with user errors as one line and exit status 1."""
+    try:
+        main(args)
+    except USER_ERRORS as exc:
+        if os.environ.get("DNA_VIDEO_TRACEBACK") == "1":
+            raise
+        sys.stderr.write(f"error: {type(exc).__name__}: {exc}\n(set DNA_VIDEO_TRACEBACK=1 for the traceback)\n")
+        sys.exit(1)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from einops import rearrange, repeat
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import Tensor
-from torchmetrics import MetricCollection
+from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from .checkpoints import LoadReport, load_pretrained
@@ -189,6 +189,9 @@ class VideoClassifier(L.LightningModule):
         )
         self.val_metrics = eval_metrics.clone(prefix="val/")
         self.test_metrics = eval_metrics.clone(prefix="test/")
+        # The evaluation loss as a metric: under DDP its epoch value is the mean over every
+        # process's views, weighted by their number (a logged scalar would be rank 0's).
+        self.eval_loss = torch.nn.ModuleDict({"val": MeanMetric(), "test": MeanMetric()})
 
     def forward(self, video: Tensor) -> Tensor:
         """(B, C, T, H, W) -> logits (B, num_classes)."""
@@ -264,7 +267,8 @@ class VideoClassifier(L.LightningModule):
             loss = F.cross_entropy(rearrange(logits, "b v k -> (b v) k"), repeat(target, "b -> (b v)", v=views))
             metrics.update(scores, target)
             stage = metrics.prefix.rstrip("/")
-            self.log(f"{stage}/loss", loss, batch_size=videos)
+            self.eval_loss[stage].update(loss, weight=videos * views)
+            self.log(f"{stage}/loss", self.eval_loss[stage], batch_size=videos)
             self.log_dict(metrics, batch_size=videos, prog_bar=stage == "val")
         return {"path": batch.get("path"), "label": target, "probs": mean_view_probs(logits, on), "pred": scores.argmax(-1)}
 

@@ -74,11 +74,15 @@ def test_fit_then_test_writes_checkpoints_config_and_metrics(synthetic_root, tmp
     data_settings = state["datamodule_hyper_parameters"]
     assert (data_settings["root"], data_settings["num_frames"], data_settings["crop_size"]) == (str(synthetic_root), 4, 64)
     assert data_settings["videos_per_subject_class"] == 1 and data_settings["test_num_crops"] == 3
+    # Evaluations of a run's checkpoint log into a folder of that run (no new version
+    # folder); the training's metrics and config stay as they were.
     main(["validate", *cli_args(synthetic_root, tmp_path, f"--ckpt_path={last}")])
-    val_rows = read_metrics(tmp_path, "version_1")
+    val_rows = read_metrics(tmp_path, "version_0/validate")
     assert any(r.get("val/top1") for r in val_rows)
+    assert read_metrics(tmp_path, "version_0") == rows and yaml.safe_load((run / "config.yaml").read_text()) == saved
     main(["predict", *cli_args(synthetic_root, tmp_path, f"--ckpt_path={last}")])
-    with open(tmp_path / "smoke" / "version_2" / "predictions.csv") as f:
+    assert sorted(p.name for p in (tmp_path / "smoke").iterdir() if p.is_dir()) == ["version_0"]
+    with open(tmp_path / "smoke" / "version_0" / "predict" / "predictions.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == TEST_VIDEOS  # one row per test video
     classes = list(SYNTHETIC_CLASSES)

@@ -252,7 +252,7 @@ def test_probe_fit_and_test_through_the_command_line(synthetic_root, tmp_path):
     # One epoch: the best checkpoint tested after fit is the last one; testing it again from
     # the file gives the same figures.
     main(["test", *args, "--model.init_from=null", f"--ckpt_path={last}"])
-    with open(tmp_path / "probe" / "version_1" / "metrics.csv") as f:
+    with open(run / "test" / "metrics.csv") as f:  # evaluations log inside the checkpoint's run
         again = next(r for r in csv.DictReader(f) if r.get("test/top1"))
     assert float(again["test/top1"]) == top1
     assert float(again["test/loss"]) == pytest.approx(float(test_row["test/loss"]), rel=1e-5)
@@ -260,7 +260,7 @@ def test_probe_fit_and_test_through_the_command_line(synthetic_root, tmp_path):
 
 def test_paper_probe_config_resolves_to_the_viscop_geometry_on_timesformer_b(synthetic_root):
     parser = main(["--config", "configs/probe_quickstart.yaml", f"--data.init_args.root={synthetic_root}",
-                   "--trainer.logger=false"], run=False).parser
+                   "--trainer.logger=false", "--model.init_from=null"], run=False).parser
     config = parser.parse_args(["--config", "configs/probe_paper.yaml", "--data.init_args.root=/data/x"]).as_dict()
     model, data = config["model"], config["data"]["init_args"]
     assert (model["arch"], model["attention"], model["num_probes"], model["probe_layers"]) == ("base", "dna", 16, None)

@@ -24,44 +24,53 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PREDICTION_COLUMNS", "PredictionWriter", "write_predictions_csv"]
+__all__ = ["PREDICTION_COLUMNS", "PredictionWriter", "prediction_rows", "write_predictions_csv"]
 
 PREDICTION_COLUMNS = ("path", "label", "pred", "pred_name", "prob", "top_k")
+
+
+def prediction_rows(out: dict[str, Any], class_names: Sequence[str] | None = None, top_k: int = 5) -> list[list]:
+    """CSV rows (:data:`PREDICTION_COLUMNS`) of one ``predict_step`` output: a dict of
+    ``path``, ``label``, ``probs`` (B, K) and ``pred``."""
+    probs = out["probs"].float().cpu()
+    top = torch.topk(probs, min(top_k, probs.shape[1]), dim=1)
+    labels = out.get("label")
+    rows = []
+    for i, video in enumerate(out["path"]):
+        pred = int(out["pred"][i])
+        ranked = " ".join(f"{int(c)}:{float(p):.4f}" for p, c in zip(top.values[i], top.indices[i]))
+        rows.append([
+            video,
+            int(labels[i]) if labels is not None else "",
+            pred,
+            class_names[pred] if class_names else "",
+            f"{float(probs[i, pred]):.6f}",
+            ranked,
+        ])
+    return rows
+
+
+def _write_rows(path: str | Path, rows: Iterable[list]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(PREDICTION_COLUMNS)
+        writer.writerows(rows)
 
 
 def write_predictions_csv(
     path: str | Path, outputs: Iterable[dict[str, Any] | None], class_names: Sequence[str] | None = None, top_k: int = 5
 ) -> int:
-    """Write the per-video outputs of ``predict_step`` (dicts of ``path``, ``label``,
-    ``probs`` (B, K), ``pred``; None entries skipped) as CSV rows; returns the row count."""
-    rows = 0
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(PREDICTION_COLUMNS)
-        for out in outputs:
-            if out is None:
-                continue
-            probs = out["probs"].float().cpu()
-            top = torch.topk(probs, min(top_k, probs.shape[1]), dim=1)
-            labels = out.get("label")
-            for i, video in enumerate(out["path"]):
-                pred = int(out["pred"][i])
-                ranked = " ".join(f"{int(c)}:{float(p):.4f}" for p, c in zip(top.values[i], top.indices[i]))
-                writer.writerow([
-                    video,
-                    int(labels[i]) if labels is not None else "",
-                    pred,
-                    class_names[pred] if class_names else "",
-                    f"{float(probs[i, pred]):.6f}",
-                    ranked,
-                ])
-                rows += 1
-    return rows
+    """Write the per-video outputs of ``predict_step`` (None entries skipped) as CSV rows;
+    returns the row count."""
+    rows = [row for out in outputs if out is not None for row in prediction_rows(out, class_names, top_k)]
+    _write_rows(path, rows)
+    return len(rows)
 
 
 class PredictionWriter(BasePredictionWriter):
     """Write ``predictions.csv`` (see the module docstring) when ``predict`` ends. Enabled by
-    default in the CLI; it acts only in ``predict``.
+    default in the CLI; it acts only in ``predict``. Under DDP every process predicts its
+    share of the videos and rank 0 writes them all, in the dataset's order.
 
     Args:
         filename: CSV file name, written in the logger's run folder (or ``trainer.default_root_dir``).
@@ -69,18 +78,39 @@ class PredictionWriter(BasePredictionWriter):
     """
 
     def __init__(self, filename: str = "predictions.csv", top_k: int = 5) -> None:
-        super().__init__(write_interval="epoch")
+        # Rows are made per batch (strategies that spawn processes keep no predictions for
+        # the epoch end) and written at the end of the epoch.
+        super().__init__(write_interval="batch_and_epoch")
         self.filename = filename
         self.top_k = top_k
+        self._pending: list[list] = []
+
+    def on_predict_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._pending = []
+
+    def write_on_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, prediction, batch_indices,
+                           batch, batch_idx: int, dataloader_idx: int) -> None:
+        if prediction is not None:
+            names = getattr(trainer.datamodule, "class_names", None) if trainer.datamodule is not None else None
+            self._pending.extend(prediction_rows(prediction, names, self.top_k))
 
     def write_on_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, predictions, batch_indices) -> None:
-        if not any(o is not None for o in predictions):
-            return
-        names = getattr(trainer.datamodule, "class_names", None) if trainer.datamodule is not None else None
+        rows, self._pending = self._pending, []
+        # trainer.log_dir is a collective under DDP: every rank asks for it, before rank 0 alone writes.
         folder = Path(trainer.log_dir or trainer.default_root_dir)
+        if trainer.world_size > 1:
+            shares: list = [None] * trainer.world_size
+            torch.distributed.all_gather_object(shares, rows)
+            if not trainer.is_global_zero:
+                return
+            # Each video is predicted once (the evaluation sampler does not pad): dataset order.
+            rows = [row for share in shares for row in share]
+            dataset = getattr(trainer.predict_dataloaders, "dataset", None)
+            order = {r.path: i for i, r in enumerate(getattr(dataset, "records", []))}
+            rows.sort(key=lambda row: order.get(row[0], len(order)))
+        if not rows:
+            return
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / self.filename
-        if trainer.world_size > 1:  # one file per process; rows never overlap
-            path = path.with_stem(f"{path.stem}.rank{trainer.global_rank}")
-        rows = write_predictions_csv(path, predictions, names, self.top_k)
-        log.info("wrote %d predictions to %s", rows, path)
+        _write_rows(path, rows)
+        log.info("wrote %d predictions to %s", len(rows), path)

@@ -18,7 +18,6 @@ from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.utilities import rank_zero_only
 
 __all__ = ["RunSummary", "SUMMARY_FILE", "read_summary"]
 
@@ -38,7 +37,7 @@ def read_summary(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 class RunSummary(L.Callback):
-    """Write ``summary.json`` into the run's log folder (rank zero only)."""
+    """Write ``summary.json`` into the run's log folder (rank zero writes)."""
 
     def __init__(self) -> None:
         self._rates: dict[str, list[float]] = {}
@@ -48,7 +47,6 @@ class RunSummary(L.Callback):
             if any(k in key for k in _RATE_KEYS) and (number := _number(value)) is not None:
                 self._rates.setdefault(key, []).append(number)
 
-    @rank_zero_only
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         best = next((c for c in trainer.checkpoint_callbacks if getattr(c, "monitor", None)), None)
         fit: dict[str, Any] = {
@@ -74,16 +72,16 @@ class RunSummary(L.Callback):
             fit["last_checkpoint"] = os.path.abspath(last)
         self._update(trainer, fit=fit)
 
-    @rank_zero_only
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         metrics = {k: _number(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
         tested = getattr(trainer, "ckpt_path", None)
         self._update(trainer, test={"checkpoint": os.path.abspath(tested) if tested else None, "metrics": metrics})
 
     def _update(self, trainer: L.Trainer, **sections: Any) -> None:
-        if trainer.log_dir is None:
+        log_dir = trainer.log_dir  # on every rank: a broadcast under DDP
+        if log_dir is None or not trainer.is_global_zero:
             return
-        run_dir = Path(trainer.log_dir)
+        run_dir = Path(log_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         summary = read_summary(run_dir)
         summary.update(log_dir=str(run_dir.resolve()), **sections)

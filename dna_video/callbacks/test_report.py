@@ -85,6 +85,7 @@ class TestReportWriter(Callback):
 
     def on_test_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         outputs = self._gathered(trainer)  # every rank takes part in the gather
+        folder = self._folder(trainer)  # and in trainer.log_dir, a broadcast under DDP
         if not outputs or not trainer.is_global_zero:
             return
         probs = torch.cat([o["probs"] for o in outputs])
@@ -96,7 +97,6 @@ class TestReportWriter(Callback):
         report = evaluation_report(probs, labels, names, self.ece_bins, self.calibration_bin_size)
         report["checkpoint"] = str(trainer.ckpt_path) if trainer.ckpt_path else None
         report["aggregate"] = pl_module.hparams.get("aggregate", "logits")
-        folder = self._folder(trainer)
         folder.mkdir(parents=True, exist_ok=True)
         metrics = folder / f"{self.prefix}metrics.json"
         metrics.write_text(json.dumps(report, indent=1))

@@ -299,8 +299,19 @@ class VideoDataModule(L.LightningDataModule):
             text += " (" + "; ".join(f"{reason}: {n}" for reason, n in summary.excluded.items()) + ")"
         text += f"; missing {len(missing)}" + (f" (skipped: {_examples(missing)})" if missing else "")
         log.info(text)
-        if not records:
+        if not records and split == "val":
+            # A dataset may have no validation split (e.g. NTU with val_fraction 0): fit runs without.
             log.warning("%s %s: the split is empty; check the dataset root (%s)", self.dataset_name, split, self.root)
+        elif not records:
+            # Stop here, naming what to check, rather than at the DataLoader's sampler.
+            seen = f"{len(found.records) + excluded} file(s) found there, none in this split" if found.records or excluded \
+                else "no video of this dataset found there"
+            raise ValueError(
+                f"{self.dataset_name} {split}: the split is empty; dataset root {self.root}: {seen}"
+                f"{' (excluded: ' + '; '.join(f'{r}: {n}' for r, n in summary.excluded.items()) + ')' if excluded else ''}. "
+                "Check data.init_args.root (the folder holding this dataset's videos) and the protocol; "
+                f"python -m dna_video.prepare <dataset> {self.root} lists what it holds per protocol"
+            )
         return records
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:

@@ -1,0 +1,341 @@
+"""Run identity, resume and safe checkpoint files: what keeps a user's run recoverable.
+
+* Every ``fit`` records its run (logger, experiment name, logger version, log and checkpoint
+  folders) as one line of ``runs.jsonl`` in the logger's ``save_dir``. ``--ckpt_path last``
+  finds the newest recorded run of the same experiment that has a ``last.ckpt`` and continues
+  it: same folder and logger version (TensorBoard / CSV ``version``, MLflow ``run_id``, W&B
+  ``id``), so resuming does not depend on TensorBoard's ``version_N`` numbering.
+* ``validate`` / ``test`` / ``predict`` with a checkpoint log into that checkpoint's run (a
+  ``validate/``, ``test/`` or ``predict/`` folder inside it for TensorBoard and CSV).
+* A checkpoint is read once here, with an error naming the file when it is not one, and the
+  options given with it are compared to its saved hyper-parameters (:func:`compare_hparams`).
+* :class:`AtomicCheckpointIO` writes a checkpoint beside its destination and renames it into
+  place, so a process killed while saving leaves the previous file intact.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import time
+import uuid
+import zipfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "AtomicCheckpointIO",
+    "RestoreError",
+    "Experiment",
+    "RunRecord",
+    "compare_hparams",
+    "find_latest_run",
+    "keep_csv_metrics",
+    "read_run_checkpoint",
+    "record_run",
+    "run_of_checkpoint",
+]
+
+REGISTRY = "runs.jsonl"
+
+# The constructor argument that names a run's version, per logger class (its last name).
+VERSION_ARGUMENT = {
+    "TensorBoardLogger": "version",
+    "CSVLogger": "version",
+    "MLFlowLogger": "run_id",
+    "WandbLogger": "id",
+}
+# The argument that names the experiment, per logger class.
+NAME_ARGUMENT = {"MLFlowLogger": "experiment_name", "WandbLogger": "project"}
+# Hyper-parameters that change the network's shape or computation: restoring a checkpoint
+# with a different value would fail to load, or silently run the checkpoint's network.
+NETWORK_HPARAMS = ("arch", "attention", "attention_kwargs", "net_kwargs", "num_classes", "num_frames", "img_size")
+# Hyper-parameters a restore is expected to differ in: the checkpoint's weights already hold
+# the import of ``init_from`` (VideoClassifier.on_save_checkpoint clears it).
+IGNORED_HPARAMS = ("init_from",)
+
+
+class RestoreError(ValueError):
+    """A checkpoint that cannot be used as asked (not a checkpoint, or options that change
+    the network it holds)."""
+
+
+# -- checkpoints ------------------------------------------------------------------------
+
+
+def read_run_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """The checkpoint at ``path`` (on the CPU, tensors and plain data only), or a
+    :class:`RestoreError` naming the file and what it is."""
+    path = Path(path)
+    if not path.is_file():
+        raise RestoreError(f"checkpoint {path} does not exist (or is not a file)")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch's unpickling errors do not name the file
+        size = path.stat().st_size
+        kind = "an empty file" if size == 0 else (
+            "a zip file that is not a torch checkpoint" if zipfile.is_zipfile(path)
+            else f"not a torch checkpoint ({size} bytes; {type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+        )
+        raise RestoreError(
+            f"{path} is {kind}. --ckpt_path takes a .ckpt written by this project's fit "
+            "(e.g. <run>/checkpoints/last.ckpt); to start from other weights use --model.init_from"
+        ) from exc
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        keys = sorted(checkpoint)[:5] if isinstance(checkpoint, dict) else type(checkpoint).__name__
+        raise RestoreError(
+            f"{path} is a torch file but not a Lightning checkpoint (no 'state_dict'; it holds {keys}). "
+            "To start from these weights use --model.init_from instead of --ckpt_path"
+        )
+    return checkpoint
+
+
+def _plain(value: Any) -> Any:
+    """Config values (jsonargparse Namespaces, tuples) as plain dicts / lists to compare."""
+    if hasattr(value, "as_dict"):
+        value = value.as_dict()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def compare_hparams(given: dict[str, Any], saved: dict[str, Any], checkpoint: str) -> list[str]:
+    """Compare the model options of a command (``given``) with a checkpoint's saved
+    hyper-parameters. Raises :class:`RestoreError` listing every option that changes the
+    network; returns one warning per other option that differs (the checkpoint's value is the
+    one used)."""
+    network, others = [], []
+    for key, saved_value in saved.items():
+        if key in IGNORED_HPARAMS or key.startswith("_") or key not in given:
+            continue
+        value = _plain(given[key])
+        saved_value = _plain(saved_value)
+        empty = (None, {}, [])
+        if value == saved_value or (value in empty and saved_value in empty):
+            continue
+        line = f"model.{key}: given {value!r}, the checkpoint has {saved_value!r}"
+        (network if key in NETWORK_HPARAMS else others).append(line)
+    if network:
+        raise RestoreError(
+            f"{checkpoint} holds a different network than the options ask for:\n  " + "\n  ".join(network)
+            + "\nDrop these options (the checkpoint's values apply), or to train a new network from "
+            "these weights use --model.init_from instead of --ckpt_path"
+        )
+    return [f"{line}; the checkpoint's value is used (see the run's config.yaml)" for line in others]
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """``torch.save`` into a temporary file in the destination folder, flushed to disk, then
+    renamed over the destination: a reader (or a resume after a kill) sees the old file or the
+    new one, never half of one. (Lightning's own save goes through a temporary file in the
+    system temp folder, whose final move is a copy when that is another file system.)
+    Remote paths are left to Lightning."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
+        fs = get_filesystem(path)
+        if type(fs).__name__ != "LocalFileSystem":
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+        try:
+            with open(partial, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
+
+
+# -- run identity -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What identifies an experiment across runs: the logger class, where it stores its runs
+    and the experiment's name."""
+
+    logger: str  # class name, e.g. TensorBoardLogger
+    save_dir: str  # absolute
+    name: str
+
+    @property
+    def registry(self) -> Path:
+        return Path(self.save_dir) / REGISTRY
+
+    @classmethod
+    def from_logger_config(cls, logger: Any, default_root_dir: str | None) -> "Experiment | None":
+        """From ``trainer.logger`` as LightningCLI parsed it (a class_path spec, or a list of
+        them: the first counts). None for no logger or Lightning's implicit one."""
+        if isinstance(logger, (list, tuple)):
+            logger = logger[0] if logger else None
+        spec = _plain(logger)
+        if not isinstance(spec, dict) or "class_path" not in spec:
+            return None
+        kind = spec["class_path"].rsplit(".", 1)[-1]
+        args = spec.get("init_args") or {}
+        save_dir = args.get("save_dir") or default_root_dir or os.getcwd()
+        name = args.get(NAME_ARGUMENT.get(kind, "name")) or "lightning_logs"
+        return cls(kind, os.path.abspath(str(save_dir)), str(name))
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One line of ``runs.jsonl``: a ``fit`` of an experiment."""
+
+    run_id: str
+    logger: str
+    name: str
+    version: str
+    log_dir: str
+    checkpoint_dir: str
+    started: str
+
+    @property
+    def last_checkpoint(self) -> Path:
+        return Path(self.checkpoint_dir) / "last.ckpt"
+
+
+def record_run(experiment: Experiment, version: Any, log_dir: str | None, checkpoint_dir: str | None) -> RunRecord:
+    """Append this run to the experiment's registry (one JSON line: appends of one short line
+    do not interleave)."""
+    record = RunRecord(
+        run_id=uuid.uuid4().hex,
+        logger=experiment.logger,
+        name=experiment.name,
+        version=str(version),
+        log_dir=os.path.abspath(log_dir) if log_dir else "",
+        checkpoint_dir=os.path.abspath(checkpoint_dir) if checkpoint_dir else "",
+        started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    )
+    experiment.registry.parent.mkdir(parents=True, exist_ok=True)
+    with open(experiment.registry, "a") as f:
+        f.write(json.dumps(asdict(record)) + "\n")
+    return record
+
+
+def _records(experiment: Experiment) -> list[RunRecord]:
+    if not experiment.registry.is_file():
+        return []
+    records = []
+    for line in experiment.registry.read_text().splitlines():
+        try:
+            fields = json.loads(line)
+            records.append(RunRecord(**fields))
+        except (ValueError, TypeError):
+            continue  # a line from another version of this file, or cut by a kill
+    return [r for r in records if r.logger == experiment.logger and r.name == experiment.name]
+
+
+def find_latest_run(experiment: Experiment) -> RunRecord:
+    """The newest recorded run of ``experiment`` with a ``last.ckpt``, or an error saying
+    where it looked."""
+    records = _records(experiment)
+    for record in reversed(records):
+        if record.last_checkpoint.is_file():
+            return record
+    seen = f"{len(records)} recorded run(s), none with a last.ckpt" if records else "no recorded run"
+    raise RestoreError(
+        f"--ckpt_path last: {seen} of experiment {experiment.name!r} ({experiment.logger}) in "
+        f"{experiment.registry}. Check trainer.logger's save_dir and name (they must be the run's), "
+        "or give the checkpoint's path"
+    )
+
+
+def run_of_checkpoint(experiment: Experiment | None, checkpoint: str | os.PathLike) -> str | None:
+    """The logger version of the run that wrote ``checkpoint``: the newest recorded run whose
+    checkpoint folder holds it, else, for TensorBoard / CSV loggers, the ``<save_dir>/<name>/
+    <version>/checkpoints/`` layout. None when the checkpoint belongs to no run of ``experiment``."""
+    if experiment is None:
+        return None
+    folder = Path(checkpoint).resolve().parent
+    for record in reversed(_records(experiment)):
+        if record.checkpoint_dir and Path(record.checkpoint_dir).resolve() == folder:
+            return record.version
+    if experiment.logger in ("TensorBoardLogger", "CSVLogger") and folder.name == "checkpoints":
+        run_dir = folder.parent
+        if run_dir.parent.resolve() == (Path(experiment.save_dir) / experiment.name).resolve():
+            return run_dir.name.removeprefix("version_") if run_dir.name.removeprefix("version_").isdigit() else run_dir.name
+    return None
+
+
+def set_logger_version(logger: Any, version: str, subfolder: str | None = None) -> None:
+    """Point ``trainer.logger`` (as parsed by LightningCLI) at an existing run; for the
+    folder-based loggers (TensorBoard, CSV) optionally at a ``subfolder`` of it, where an
+    evaluation logs without touching the training's files (a CSVLogger rewrites the
+    ``metrics.csv`` of the folder it opens)."""
+    if isinstance(logger, (list, tuple)):
+        logger = logger[0]
+    kind = logger.class_path.rsplit(".", 1)[-1]
+    argument = VERSION_ARGUMENT.get(kind)
+    if argument is None:
+        raise RestoreError(f"cannot continue a run of logger {kind}: it is not one of {sorted(VERSION_ARGUMENT)}")
+    value: Any = version
+    if kind in ("TensorBoardLogger", "CSVLogger"):
+        # They take an int version as the folder version_<int>, a string as the folder's name.
+        folder = f"version_{version}" if version.isdigit() else version
+        value = f"{folder}/{subfolder}" if subfolder else (int(version) if version.isdigit() else folder)
+    logger.init_args[argument] = value
+
+
+def keep_csv_metrics(logger: Any) -> None:
+    """A CSVLogger opening an existing run folder deletes its ``metrics.csv``: put the rows
+    back and let the writer append to them (a resumed run continues its metrics file)."""
+    if getattr(logger, "_experiment", None) is not None:
+        return  # already opened
+    path = Path(logger.log_dir) / "metrics.csv"
+    if not path.is_file():
+        return
+    kept = path.read_text()
+    writer = logger.experiment  # deletes the file
+    path.write_text(kept)
+    header = next(csv.reader(kept.splitlines()), [])
+    writer.metrics_keys = list(header)
+
+
+# -- the command's checkpoint -----------------------------------------------------------
+
+
+def prepare_restore(config: Any, subcommand: str) -> list[str]:
+    """Before LightningCLI applies a checkpoint's hyper-parameters to ``config`` (the
+    subcommand's parsed config): resolve ``ckpt_path: last`` to the experiment's latest run,
+    check the file is a checkpoint, refuse options that change its network, point the
+    logger at the checkpoint's run (so the command continues or evaluates beside it instead
+    of opening a new version). Returns the warnings for other options that differ."""
+    ckpt_path = config.get("ckpt_path")
+    if not ckpt_path or ckpt_path in ("best", "hpc", "registry") or str(ckpt_path).startswith("registry:"):
+        return []
+    logger = config.trainer.get("logger")
+    experiment = Experiment.from_logger_config(logger, config.trainer.get("default_root_dir"))
+    version = None
+    if ckpt_path == "last":
+        if subcommand != "fit" and experiment is None:
+            return []  # Lightning's own meaning: the last checkpoint of this trainer
+        if experiment is None:
+            raise RestoreError(
+                "--ckpt_path last finds the latest run through trainer.logger's save_dir and name: "
+                "set a logger (as the configs in configs/ do), or give the checkpoint's path"
+            )
+        record = find_latest_run(experiment)
+        config.ckpt_path = ckpt_path = str(record.last_checkpoint)
+        version = record.version
+        log.info("--ckpt_path last: continuing %s (run %s, %s)", record.log_dir, version, ckpt_path)
+    checkpoint = read_run_checkpoint(ckpt_path)
+    warnings = compare_hparams(config.model, checkpoint.get("hyper_parameters") or {}, str(ckpt_path))
+    if version is None:
+        version = run_of_checkpoint(experiment, ckpt_path)
+    if version is not None:
+        set_logger_version(logger, version, None if subcommand == "fit" else subcommand)
+    return warnings

@@ -1,0 +1,67 @@
+"""Evaluation under DDP (2 CPU processes, gloo) gives the single process's numbers: every
+logged scalar reduced over the ranks, every video counted once, one merged predictions file."""
+
+import csv
+import os
+from pathlib import Path
+
+import pytest
+
+from dna_video.cli import main
+from dna_video.data.synthetic import SYNTHETIC_CLASSES
+
+REPO = Path(__file__).resolve().parents[1]
+TEST_VIDEOS = 7 * len(SYNTHETIC_CLASSES)  # an odd count: the ranks get 18 and 17 videos
+
+
+def args(root, log_dir, *extra):
+    return [
+        "--config", "configs/quickstart.yaml",
+        f"--data.init_args.root={root}",
+        "--data.init_args.videos_per_subject_class=1",
+        "--data.init_args.num_workers=0",
+        "--data.init_args.batch_size=4",
+        "--data.init_args.num_frames=4",
+        "--data.init_args.test_num_crops=1",
+        "--model.net_kwargs={embed_dim: 16, num_heads: 2, depth: 1}",
+        "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
+        f"--trainer.logger.init_args.save_dir={log_dir}",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false",
+        *extra,
+    ]
+
+
+def only(folder, name):
+    (path,) = folder.rglob(name)
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_two_processes_write_one_predictions_file_in_dataset_order(synthetic_root, tmp_path, monkeypatch):
+    # The spawned processes must import this checkout's dna_video (not an installed copy).
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    ddp = ["--trainer.devices=2", "--trainer.strategy=ddp_spawn"]
+    main(["predict", *args(synthetic_root, tmp_path / "one")])
+    main(["predict", *args(synthetic_root, tmp_path / "two", *ddp)])
+    rows_one = only(tmp_path / "one", "predictions.csv")
+    rows_two = only(tmp_path / "two", "predictions.csv")  # one file, not one per rank
+    assert len(rows_two) == TEST_VIDEOS and [r["path"] for r in rows_two] == [r["path"] for r in rows_one]
+    for a, b in zip(rows_one, rows_two):
+        assert a["pred"] == b["pred"] and a["label"] == b["label"]
+        assert float(a["prob"]) == pytest.approx(float(b["prob"]), abs=1e-5)
+
+
+
+def test_two_processes_log_the_single_process_metrics(synthetic_root, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    ddp = ["--trainer.devices=2", "--trainer.strategy=ddp_spawn"]
+    # No checkpoint: seed_everything(0) builds the same weights in both runs.
+    main(["test", *args(synthetic_root, tmp_path / "one")])
+    main(["test", *args(synthetic_root, tmp_path / "two", *ddp)])
+    (one,) = [r for r in only(tmp_path / "one", "metrics.csv") if r.get("test/loss")]
+    (two,) = [r for r in only(tmp_path / "two", "metrics.csv") if r.get("test/loss")]
+    for key in ("test/loss", "test/top1", "test/top5", "test/mca"):
+        assert float(two[key]) == pytest.approx(float(one[key]), abs=1e-5), key
+    # top-1 is a count of videos over all 35: a duplicated or missing video would show.
+    assert abs(float(two["test/top1"]) * TEST_VIDEOS - round(float(two["test/top1"]) * TEST_VIDEOS)) < 1e-4

@@ -1,0 +1,283 @@
+"""A run protects the user's work: divergence stops, resume resumes, errors at the right place.
+
+Processes that must die (divergence, SIGKILL, SIGTERM) run as real subprocesses of
+``python cli.py``; the rest runs in-process.
+"""
+
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from dna_video.callbacks.guard import NonFiniteError, NonFiniteGuard
+from dna_video.runs import AtomicCheckpointIO, Experiment, RestoreError, compare_hparams, find_latest_run, record_run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# -- non-finite guard ---------------------------------------------------------------------
+
+
+class Toy(L.LightningModule):
+    """A linear model whose loss is NaN at batch ``nan_at`` and whose gradient is infinite
+    (finite loss) at batch ``inf_grad_at``."""
+
+    def __init__(self, nan_at=-1, inf_grad_at=-1):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(3, 1)
+        self.nan_at, self.inf_grad_at = nan_at, inf_grad_at
+
+    def training_step(self, batch, batch_idx):
+        loss = (self.lin(batch["x"]).squeeze(-1) - batch["y"]).pow(2).mean()
+        if batch_idx == self.nan_at:
+            loss = loss * float("nan")
+        if batch_idx == self.inf_grad_at:
+            w = self.lin.weight.sum()
+            loss = loss + (w - w.detach()).sqrt()  # value 0, gradient 1 / (2 sqrt(0)) = inf
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def toy_batches():
+    g = torch.Generator().manual_seed(1)
+    return [{"x": torch.randn(2, 3, generator=g), "y": torch.randn(2, generator=g),
+             "path": [f"/videos/clip_{i}_{j}.mp4" for j in range(2)]} for i in range(4)]
+
+
+def toy_fit(model, guard):
+    trainer = L.Trainer(max_epochs=1, callbacks=[guard], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    batches = toy_batches()
+    trainer.fit(model, DataLoader(batches, batch_size=None))
+    return trainer
+
+
+@pytest.mark.parametrize("bad", ["nan_at", "inf_grad_at"])
+def test_guard_stops_before_the_step_naming_epoch_step_and_videos(bad):
+    model = Toy(**{bad: 2})
+    with pytest.raises(NonFiniteError) as info:
+        toy_fit(model, NonFiniteGuard())
+    text = str(info.value)
+    assert "epoch 0, step 2 (batch 2)" in text and "/videos/clip_2_0.mp4, /videos/clip_2_1.mp4" in text
+    assert ("loss nan" if bad == "nan_at" else "gradient norm inf") in text
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_guard_skips_allowed_bad_batches_without_touching_the_weights():
+    model = toy_fit_model = Toy(nan_at=1)
+    guard = NonFiniteGuard(max_skipped_batches=1)
+    trainer = toy_fit(toy_fit_model, guard)
+    assert len(guard.skipped) == 1 and "step 1" in guard.skipped[0]
+    # Independently: plain SGD over the batches without the skipped one.
+    reference = Toy()
+    opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for i, batch in enumerate(toy_batches()):
+        if i == 1:
+            continue
+        opt.zero_grad()
+        (reference.lin(batch["x"]).squeeze(-1) - batch["y"]).pow(2).mean().backward()
+        opt.step()
+    for ours, ref in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours, ref, rtol=0, atol=0)
+    assert trainer.global_step == 4  # the skipped batch still counts as a step (schedule unchanged)
+
+
+def test_guard_refuses_to_write_a_checkpoint_with_non_finite_weights(tmp_path):
+    model = Toy()
+    trainer = toy_fit(model, NonFiniteGuard())
+    with torch.no_grad():
+        model.lin.bias.fill_(float("inf"))
+    with pytest.raises(NonFiniteError, match="lin.bias"):
+        trainer.save_checkpoint(tmp_path / "x.ckpt")
+    assert not (tmp_path / "x.ckpt").exists()
+
+
+# -- run registry, checkpoint files, options against a checkpoint ------------------------------
+
+
+def test_atomic_checkpoint_write_keeps_the_old_file_when_the_save_dies(tmp_path, monkeypatch):
+    io = AtomicCheckpointIO()
+    path = tmp_path / "last.ckpt"
+    io.save_checkpoint({"state_dict": {"w": torch.ones(3)}, "epoch": 1}, path)
+
+    def dies_half_way(obj, f):
+        f.write(b"PK\x03\x04 half a checkpoint")
+        raise KeyboardInterrupt  # what a kill looks like from inside
+
+    monkeypatch.setattr(torch, "save", dies_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint({"state_dict": {"w": torch.zeros(3)}, "epoch": 2}, path)
+    monkeypatch.undo()
+    assert torch.load(path)["epoch"] == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+
+
+def test_latest_run_is_found_by_identity_not_folder_number(tmp_path):
+    experiment = Experiment("CSVLogger", str(tmp_path), "exp")
+    older = tmp_path / "exp" / "version_7" / "checkpoints"
+    newer = tmp_path / "exp" / "version_2" / "checkpoints"
+    without = tmp_path / "exp" / "version_9" / "checkpoints"
+    for folder in (older, newer, without):
+        folder.mkdir(parents=True)
+    (older / "last.ckpt").write_bytes(b"x")
+    (newer / "last.ckpt").write_bytes(b"x")
+    record_run(experiment, 7, str(older.parent), str(older))
+    record_run(Experiment("CSVLogger", str(tmp_path), "other"), 3, "", str(newer))  # another experiment
+    record_run(experiment, 2, str(newer.parent), str(newer))
+    record_run(experiment, 9, str(without.parent), str(without))  # started, killed before a checkpoint
+    assert find_latest_run(experiment).version == "2"
+    with pytest.raises(RestoreError, match="no recorded run of experiment 'nothing'"):
+        find_latest_run(Experiment("CSVLogger", str(tmp_path), "nothing"))
+
+
+def test_options_against_a_checkpoint():
+    saved = {"arch": "tiny", "attention": "dna", "num_frames": 4, "view_aggregation": "sum",
+             "net_kwargs": {"depth": 2}, "init_from": None, "attention_kwargs": None}
+    same = dict(saved, init_from="vit.pth", attention_kwargs={})  # an import already in the weights
+    assert compare_hparams(same, saved, "run.ckpt") == []
+    warnings = compare_hparams(dict(saved, view_aggregation="max"), saved, "run.ckpt")
+    assert len(warnings) == 1 and "model.view_aggregation: given 'max', the checkpoint has 'sum'" in warnings[0]
+    with pytest.raises(RestoreError) as info:
+        compare_hparams(dict(saved, attention="softmax", net_kwargs={"depth": 4}), saved, "run.ckpt")
+    assert "model.attention: given 'softmax'" in str(info.value) and "model.net_kwargs" in str(info.value)
+
+
+def test_empty_split_stops_at_setup_naming_split_root_and_protocol(tmp_path):
+    from dna_video.data import ToyotaSmarthome
+
+    root = tmp_path / "ntu_by_mistake"
+    root.mkdir()
+    (root / "S001C001P001R001A001_rgb.avi").write_bytes(b"")  # another dataset's name layout
+    dm = ToyotaSmarthome(root=str(root), protocol="cs")
+    with pytest.raises(ValueError) as info:
+        dm.setup("fit")
+    text = str(info.value)
+    assert "train: the split is empty" in text and str(root) in text and "cs" in text
+    assert "no video of this dataset found there" in text and "data.init_args.root" in text
+
+
+# -- the command line, as a user runs it ------------------------------------------------------
+
+
+def cli(*args, **kwargs):
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'tests'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.run([sys.executable, "cli.py", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600, **kwargs)
+
+
+def tiny_args(root, log_dir, *extra):
+    return [
+        "--config", "configs/quickstart.yaml",
+        f"--data.init_args.root={root}",
+        "--data.init_args.videos_per_subject_class=1",
+        "--data.init_args.num_workers=0",
+        "--data.init_args.batch_size=4",
+        "--data.init_args.num_frames=4",
+        "--data.init_args.test_num_crops=1",
+        "--data.init_args.val_num_crops=1",
+        "--model.net_kwargs={embed_dim: 16, num_heads: 2, depth: 1}",
+        "--model.warmup_steps=0",
+        "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
+        f"--trainer.logger.init_args.save_dir={log_dir}",
+        "--trainer.logger.init_args.name=exp",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false",
+        "--trainer.num_sanity_val_steps=0",
+        "--trainer.limit_val_batches=1",
+        "--test_after_fit=false",
+        *extra,
+    ]
+
+
+def finite_checkpoint(path):
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    return all(torch.isfinite(t).all() for t in state["state_dict"].values() if t.is_floating_point()), state
+
+
+def test_divergence_stops_the_process_and_keeps_the_last_good_checkpoint(synthetic_root, tmp_path):
+    # A sane epoch 0, then the schedule multiplies the learning rate by 1e12: SGD diverges.
+    result = cli("fit", *tiny_args(synthetic_root, tmp_path, "--trainer.max_epochs=3", "--trainer.limit_train_batches=3",
+                                   "--model.optimizer=torch.optim.SGD", "--model.optimizer.init_args.lr=0.01",
+                                   "--model.lr_scheduler=torch.optim.lr_scheduler.MultiStepLR",
+                                   "--model.lr_scheduler.init_args.milestones=[1]",
+                                   "--model.lr_scheduler.init_args.gamma=1e12"))
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "error: NonFiniteError: training diverged" in result.stderr and "Traceback" not in result.stderr
+    message = result.stderr[result.stderr.index("training diverged"):]
+    assert "at epoch 1, step " in message and ".mp4" in message
+    checkpoints = tmp_path / "exp" / "version_0" / "checkpoints"
+    ok, last = finite_checkpoint(checkpoints / "last.ckpt")
+    assert ok and last["epoch"] == 0 and last["global_step"] == 3
+    assert f"the last good checkpoint is {checkpoints / 'last.ckpt'}" in message
+    for path in checkpoints.glob("*.ckpt"):  # best too: only finite weights were ever written
+        assert finite_checkpoint(path)[0]
+
+
+def test_sigkill_mid_epoch_then_ckpt_path_last_reaches_the_uninterrupted_result(synthetic_root, tmp_path):
+    args = ["--trainer.max_epochs=3", "--trainer.limit_train_batches=3", "--trainer.deterministic=true",
+            "--trainer.logger.init_args.flush_logs_every_n_steps=1"]  # epoch 0's rows on disk before the kill
+    straight = cli("fit", *tiny_args(synthetic_root, tmp_path / "straight", *args))
+    assert straight.returncode == 0, straight.stderr[-3000:]
+
+    logs = tmp_path / "killed"
+    # Step 4 is the second batch of epoch 1: last.ckpt holds epoch 0.
+    killed = cli("fit", *tiny_args(synthetic_root, logs, *args, "--trainer.callbacks+=run_helpers.SignalAt",
+                                   "--trainer.callbacks.init_args.step=4"))
+    assert killed.returncode == -signal.SIGKILL
+    assert torch.load(logs / "exp" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
+    (logs / "exp" / "version_1").mkdir()  # a newer folder number of another kind: not the run
+    resumed = cli("fit", *tiny_args(synthetic_root, logs, *args, "--ckpt_path", "last"))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "continuing" in resumed.stderr
+
+    run = logs / "exp" / "version_0"
+    final = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    reference = torch.load(tmp_path / "straight" / "exp" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert final["epoch"] == reference["epoch"] == 2 and final["global_step"] == reference["global_step"] == 9
+    # Same seed, deterministic CPU kernels, the data order and augmentation restored with the
+    # RNG state: the same sums in the same order, so bit-identical weights (tolerance 0).
+    for key, value in reference["state_dict"].items():
+        torch.testing.assert_close(final["state_dict"][key], value, rtol=0, atol=0, msg=key)
+    # Best-checkpoint tracking continued: the same best as the uninterrupted run.
+    ours = next(v for k, v in final["callbacks"].items() if "val/top1" in k)
+    theirs = next(v for k, v in reference["callbacks"].items() if "val/top1" in k)
+    assert ours["best_model_score"] == theirs["best_model_score"]
+    assert Path(ours["best_model_path"]).parent == run / "checkpoints"
+    # The resumed epochs were logged into the run's own folder, after the rows written before
+    # the kill; the learning rate is logged.
+    import csv
+    with open(run / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(int(r["epoch"]) for r in rows if r.get("val/top1")) == [0, 1, 2]
+    assert any(k.startswith("lr-") and v for r in rows for k, v in r.items())
+    assert not any((logs / "exp" / "version_1").iterdir())
+
+
+def test_sigterm_saves_a_resumable_checkpoint_and_exits_cleanly(synthetic_root, tmp_path):
+    result = cli("fit", *tiny_args(synthetic_root, tmp_path, "--trainer.max_epochs=3", "--trainer.limit_train_batches=3",
+                                   "--trainer.callbacks+=run_helpers.SignalAt", "--trainer.callbacks.init_args.step=4",
+                                   "--trainer.callbacks.init_args.signal_name=SIGTERM"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    last = torch.load(tmp_path / "exp" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert last["global_step"] == 4 and last["epoch"] == 1
+    assert "SIGTERM at epoch 1, step 4" in result.stderr
+
+
+def test_user_errors_name_the_file_without_a_traceback_and_open_no_run(synthetic_root, tmp_path):
+    text_file = tmp_path / "notes.txt"
+    text_file.write_text("not a checkpoint")
+    result = cli("validate", *tiny_args(synthetic_root, tmp_path / "logs", f"--ckpt_path={text_file}"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"error: RestoreError: {text_file} is not a torch checkpoint" in result.stderr
+    assert not (tmp_path / "logs").exists()  # no empty version folder
+    result = cli("fit", *tiny_args(synthetic_root, tmp_path / "logs", "--ckpt_path=last"))
+    assert result.returncode == 1 and "no recorded run of experiment 'exp'" in result.stderr
