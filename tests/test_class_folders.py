@@ -84,7 +84,7 @@ def test_cli_trains_and_predicts_on_class_folders(tree, tmp_path):
     assert cli.trainer.state.finished
     last = tmp_path / "folders" / "version_0" / "checkpoints" / "last.ckpt"
     main(["predict", *args, f"--ckpt_path={last}"])
-    with open(tmp_path / "folders" / "version_1" / "predictions.csv") as f:
+    with open(tmp_path / "folders" / "version_0" / "predict" / "predictions.csv") as f:  # inside the checkpoint's run
         rows = list(csv.DictReader(f))
     # Predict reads the test split, here the val folder: one row per video, true label by folder.
     assert sorted(str(Path(r["path"]).relative_to(root)) for r in rows) == sorted(facts["val"])
