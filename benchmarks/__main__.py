@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> str:
         elif section == "variants":
             rows += variants.run(rounds=args.rounds, quick=args.quick)
         elif section == "data":
-            rows += data.run(args.cache, rounds=max(2, args.rounds // 2), quick=args.quick)
+            # Each data epoch starts its own workers and takes seconds to minutes: fewer rounds than
+            # the model cases, but at least 3 for a real median (2 in a --quick smoke run).
+            rows += data.run(args.cache, rounds=2 if args.quick else max(3, args.rounds // 2), quick=args.quick)
         # Progress, and the rows so far in case a later section fails.
         print(f"[{section}: {time.perf_counter() - t0:.0f} s]\n{markdown_table(rows)}", file=sys.stderr, flush=True)
     total = time.perf_counter() - start

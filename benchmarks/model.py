@@ -217,7 +217,9 @@ def run(rounds: int = 5, quick: bool = False, compile: bool = False) -> list[Row
         "softmax": inference(build_ours(g, "softmax"), ours_video),
         "HF": inference(build_hf(g), hf_video),
     }
-    t = interleaved(cases, rounds=2)
+    # A forward at base geometry takes seconds: fewer rounds than the train steps, but at least 3
+    # after the warm-up call (2 in a --quick smoke run).
+    t = interleaved(cases, rounds=2 if quick else max(3, rounds // 2), warmup=1)
     rows += [
         rate_row(sec, case, g.batch, "our softmax", t["softmax"], "HF softmax", t["HF"], ">= 1.0", 1.0),
         rate_row(sec, case, g.batch, "DnA", t["DnA"], "HF softmax", t["HF"]),
