@@ -11,7 +11,10 @@ from dna_video.checkpoints.layouts import (
     hf_config_from_model,
     hf_config_to_kwargs,
     hf_to_official,
+    detect_layout,
     infer_geometry,
+    known_num_heads,
+    to_official,
     official_to_hf,
     split_fused_qqkvv,
 )
@@ -128,3 +131,30 @@ def test_temporal_attention_of_another_kind_is_inferred_only_when_it_differs():
     assert "temporal_attention" not in infer_geometry(randomise(ours("dna")).state_dict())
     assert "temporal_attention" not in infer_geometry(tiny_vit().state_dict())
 
+
+
+def test_layouts_detected_from_key_names():
+    hf = official_to_hf(ours("softmax").state_dict())
+    bare_hf = {k.removeprefix("timesformer."): v for k, v in hf.items()}
+    assert detect_layout(bare_hf) == "huggingface"
+    assert detect_layout({k: v for k, v in bare_hf.items() if k.startswith("encoder.layer.")}) == "huggingface"
+    assert detect_layout({k: v for k, v in bare_hf.items() if k.startswith("embeddings.patch_")}) == "huggingface"
+    timesformer = {k: v for k, v in ours("softmax").state_dict().items() if k != "time_embed"}
+    assert detect_layout(timesformer) == "timesformer"  # temporal blocks, no time_embed
+    with pytest.raises(CheckpointError, match=r"^w\.pth: not a TimeSformer.*: 7 tensors, e\.g\. \['k0', 'k1', 'k2', 'k3', 'k4', 'k5'\]$"):
+        detect_layout({f"k{i}": torch.zeros(1) for i in range(7)}, where="w.pth")
+    with pytest.raises(CheckpointError, match=r"^w\.pth: not a TimeSformer"):
+        detect_layout({"patch_embed.proj.weight": torch.zeros(1)}, where="w.pth")  # no attention blocks
+    with pytest.raises(ValueError, match=r"^unknown layout 'onnx'$"):
+        to_official({}, "onnx")
+
+
+def test_hparams_name_the_attention_kinds_and_the_head_count():
+    hparams = {"arch": "tiny", "attention": "dna", "attention_kwargs": {"alpha_init": 0.1},
+               "temporal_attention": "softmax", "spatial_attention": "dna", "net_kwargs": {"num_heads": 4}}
+    geometry = infer_geometry({}, hparams=hparams)
+    assert {k: geometry[k] for k in ("attention", "attention_kwargs", "temporal_attention", "spatial_attention",
+                                     "num_heads", "embed_dim")} == {
+        "attention": "dna", "attention_kwargs": {"alpha_init": 0.1}, "temporal_attention": "softmax",
+        "spatial_attention": "dna", "num_heads": 4, "embed_dim": 64}
+    assert known_num_heads({}, None, hparams) == 4
