@@ -158,3 +158,10 @@ def test_hparams_name_the_attention_kinds_and_the_head_count():
         "attention": "dna", "attention_kwargs": {"alpha_init": 0.1}, "temporal_attention": "softmax",
         "spatial_attention": "dna", "num_heads": 4, "embed_dim": 64}
     assert known_num_heads({}, None, hparams) == 4
+
+
+def test_diff_head_count_from_its_lambda_vectors_is_an_integer():
+    """diff's lambda vectors have width D / H: 32 / 16 = 2 heads, an int (a float head count
+    would build a model of float head width)."""
+    geometry = infer_geometry(randomise(ours("diff")).state_dict())
+    assert geometry["attention"] == "diff" and geometry["num_heads"] == 2 and type(geometry["num_heads"]) is int
