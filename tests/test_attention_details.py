@@ -89,3 +89,14 @@ def test_explicit_path_lengths(length, dtype, explicit):
     x = torch.zeros(1, length, 32, dtype=dtype, requires_grad=True)
     assert module._explicit(x) is explicit
     assert module._explicit(x.detach()) is False  # no gradient needed: always the fused kernel
+
+
+def test_softmax_attention_dropout_acts_on_the_fused_path():
+    torch.manual_seed(0)
+    module = SoftmaxAttention(16, 2, attn_drop=0.5)
+    x = torch.randn(2, 40, 16)  # longer than explicit_max_len, no grad: the fused path
+    with torch.no_grad():
+        evaluated = module.eval()(x)
+        torch.testing.assert_close(module.forward_with_maps(x)[0], evaluated)
+        trained = module.train()(x)
+    assert (trained - evaluated).abs().max() > 1e-2
