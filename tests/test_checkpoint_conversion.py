@@ -258,3 +258,83 @@ def test_no_pos_embed_and_a_head_without_bias_of_another_class_count():
     assert report.initialised["pos_embed"] == "not in the checkpoint: the model's own initialisation"
     assert report.unused == {"head.weight": "classes differ: 9 in the checkpoint, 5 here"}
     assert torch.equal(model.pos_embed, own_pos)
+
+
+# -- found by mutation testing, second round (CONTRIBUTING.md) --------------------------------------
+def test_keys_without_official_name_and_a_dropped_head_are_each_reported_unused():
+    """Checkpoint keys that have no official name are reported (not silently lost), next to a
+    head of another class count: the two kinds of unused entries together, each with its reason."""
+    checkpoint = read_official(randomise(ours("softmax", num_classes=9)).state_dict())
+    checkpoint = checkpoint._replace(unknown=["timesformer.embeddings.extra", "classifier.scale"])
+    state, report = convert_checkpoint(checkpoint, TargetModel.of(ours("softmax")))
+    unused = report.of(Outcome.UNUSED)
+    assert [e.key for e in unused] == ["timesformer.embeddings.extra", "classifier.scale", "head.weight", "head.bias"]
+    assert [[s.reason for s in e.steps] for e in unused] == [[Reason.NO_OFFICIAL_NAME]] * 2 + [[Reason.CLASSES_DIFFER]] * 2
+    assert report.unused == {
+        "timesformer.embeddings.extra": "no official TimeSformer name",
+        "classifier.scale": "no official TimeSformer name",
+        "head.weight": "classes differ: 9 in the checkpoint, 5 here",
+        "head.bias": "classes differ: 9 in the checkpoint, 5 here",
+    }
+    assert "head.weight" not in state and "head.bias" not in state
+
+
+def test_the_wrappers_removed_are_the_reports_notes():
+    source = randomise(ours("softmax"))
+    wrapped = {f"module.net.{k}": v for k, v in source.state_dict().items()}
+    state, report = convert_checkpoint(read_official(wrapped), TargetModel.of(ours("softmax")))
+    assert report.notes == ["prefix 'module.' removed", "prefix 'net.' removed"]
+    assert "(prefix 'module.' removed; prefix 'net.' removed)" in report.table()
+    assert all(torch.equal(state[k], v) for k, v in source.state_dict().items())
+
+
+def _other_heads_error(raw):
+    with pytest.raises(CheckpointError) as error:
+        convert_checkpoint(read_official(raw), TargetModel.of(ours("softmax")))
+    return str(error.value).splitlines()
+
+
+def test_a_head_count_stated_by_a_hugging_face_config_is_checked_and_hinted():
+    """The head count does not change a softmax checkpoint's shapes: only the config says it.
+    A checkpoint of 4 heads for a 2-head model is refused, and the hint names num_heads."""
+    from dna_video.checkpoints.io import RawCheckpoint
+    from dna_video.checkpoints.layouts import hf_config_from_model
+
+    four_heads = randomise(ours("softmax", num_heads=4))
+    raw = RawCheckpoint("ckpt/config.json", "Hugging Face folder", four_heads.state_dict(),
+                        hf_config=hf_config_from_model(four_heads))
+    lines = _other_heads_error(raw)
+    assert lines[:2] == ["ckpt/config.json does not fit the model:", "  num_heads: 4 in the checkpoint, 2 in the model"]
+    assert lines[2] == ("The checkpoint's geometry: {'embed_dim': 32, 'depth': 2, 'num_heads': 4, 'patch_size': 8, "
+                        "'mlp_ratio': 2.0, 'in_chans': 3}.")
+
+
+def test_a_head_count_stated_by_lightning_hyper_parameters_is_checked_and_hinted():
+    from dna_video.checkpoints.io import RawCheckpoint
+
+    hparams = {"arch": "tiny", "net_kwargs": dict(embed_dim=32, depth=2, num_heads=4, patch_size=8, mlp_ratio=2.0)}
+    raw = RawCheckpoint("run.ckpt", "Lightning checkpoint", randomise(ours("softmax", num_heads=4)).state_dict(),
+                        hparams=hparams)
+    lines = _other_heads_error(raw)
+    assert lines[:2] == ["run.ckpt does not fit the model:", "  num_heads: 4 in the checkpoint, 2 in the model"]
+    assert lines[2] == ("The checkpoint's geometry: {'embed_dim': 32, 'depth': 2, 'num_heads': 4, 'patch_size': 8, "
+                        "'mlp_ratio': 2.0}.")
+
+
+def test_no_hint_when_the_geometry_cannot_be_inferred():
+    """No blocks at all: the depth is refused, and no geometry is guessed for the hint."""
+    state = {k: v for k, v in randomise(ours("softmax")).state_dict().items() if not k.startswith("blocks.")}
+    with pytest.raises(CheckpointError) as error:
+        convert_checkpoint(read_official(state), TargetModel.of(ours("softmax")))
+    assert str(error.value) == "<in-memory state dict> does not fit the model:\n  depth: 0 blocks in the checkpoint, 2 in the model"
+
+
+def test_a_pos_embed_without_batch_axis_is_refused_with_both_shapes(tmp_path):
+    """A 2-D pos_embed (17, 32) of the model's width is not resampled or given a cls entry:
+    its shape is refused as it is."""
+    state = randomise(ours("softmax")).state_dict()
+    state["pos_embed"] = state["pos_embed"][0]
+    with pytest.raises(CheckpointError) as error:
+        convert_checkpoint(read_official(state), TargetModel.of(ours("softmax")))
+    assert str(error.value).splitlines()[:2] == ["<in-memory state dict> does not fit the model:",
+                                                 "  pos_embed: checkpoint (17, 32), model (1, 17, 32)"]

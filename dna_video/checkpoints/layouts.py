@@ -409,7 +409,8 @@ def infer_geometry(
         kwargs["num_frames"] = state["time_embed"].shape[1]
     if "pos_embed" in state:
         n = state["pos_embed"].shape[1]
-        side = math.isqrt(n - 1) if math.isqrt(n - 1) ** 2 == n - 1 else math.isqrt(n)
+        # With or without a cls entry: isqrt(s*s + 1) == isqrt(s*s) == s for every grid side s >= 1.
+        side = math.isqrt(n)
         kwargs["img_size"] = side * patch
     heads = _neg_scaler_heads(state)
     if heads is None and "blocks.0.attn.lambda_q1" in state:  # diff: lambda vectors of width D / H
