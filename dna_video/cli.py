@@ -168,11 +168,12 @@ def _quiet_noise() -> None:
     warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
 
 
-def main(args: list[str] | None = None, run: bool = True) -> DnACLI:
+def main(args: list[str] | None = None, run: bool = True, model_class: type = VideoClassifier) -> DnACLI:
+    """The command line of ``cli.py``; ``model_class``: the LightningModule it drives (e.g. the probe's)."""
     _show_info_logs()
     _quiet_noise()
     return DnACLI(
-        VideoClassifier,
+        model_class,
         VideoDataModule,
         subclass_mode_data=True,
         seed_everything_default=0,
@@ -190,10 +191,10 @@ def main(args: list[str] | None = None, run: bool = True) -> DnACLI:
 USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, NonFiniteError, MisconfigurationException)
 
 
-def console_main(args: list[str] | None = None) -> None:
+def console_main(args: list[str] | None = None, model_class: type = VideoClassifier) -> None:
     """``python cli.py ...``: :func:`main`, with user errors as one line and exit status 1."""
     try:
-        main(args)
+        main(args, model_class=model_class)
     except USER_ERRORS as exc:
         if os.environ.get("DNA_VIDEO_TRACEBACK") == "1":
             raise

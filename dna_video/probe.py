@@ -208,7 +208,8 @@ if __name__ == "__main__":  # the command line; Lightning is imported only here
     import sys
 
     from dna_video.__main__ import resolve_config_names
-    from dna_video.probe_module import main
+    from dna_video.cli import console_main
+    from dna_video.probe_module import ProbeClassifierModule
 
     sys.argv[1:] = resolve_config_names(sys.argv[1:])
-    main()
+    console_main(model_class=ProbeClassifierModule)

@@ -113,21 +113,8 @@ class ProbeClassifierModule(VideoClassifier):
 
 
 def main(args: list[str] | None = None, run: bool = True):
-    """The dna-video LightningCLI (links, checkpoints, ``--test_after_fit``) around
-    :class:`ProbeClassifierModule`."""
-    from .cli import RUN_DEFAULTS, DnACLI, _show_info_logs
-    from .data import listfile, ntu, smarthome, synthetic  # noqa: F401  (DataModules by short name)
-    from .data.datamodule import VideoDataModule
+    """The dna-video LightningCLI (links, checkpoints, run defaults, ``--test_after_fit``)
+    around :class:`ProbeClassifierModule`."""
+    from . import cli
 
-    _show_info_logs()
-    return DnACLI(
-        ProbeClassifierModule,
-        VideoDataModule,
-        subclass_mode_data=True,
-        seed_everything_default=0,
-        trainer_defaults=RUN_DEFAULTS,
-        save_config_kwargs={"overwrite": True},
-        auto_configure_optimizers=False,
-        args=args,
-        run=run,
-    )
+    return cli.main(args, run, model_class=ProbeClassifierModule)
