@@ -1,5 +1,6 @@
-"""Callbacks that make a training subprocess die at a chosen step, for the resume and
-signal tests (given on the command line: --trainer.callbacks+=run_helpers.SignalAt)."""
+"""Shared by the run tests: the command-line options of a tiny quickstart run, and a callback
+that makes a training subprocess die at a chosen step (given on the command line:
+--trainer.callbacks+=run_helpers.SignalAt)."""
 
 import os
 import signal
@@ -17,3 +18,23 @@ class SignalAt(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.global_step == self.step:
             os.kill(os.getpid(), getattr(signal, self.signal_name))
+
+
+def tiny_run_args(root, log_dir, *extra):
+    """Options of a quickstart run small enough for a test: 1 video per (subject, class), a
+    1-block 16-wide model, 1 test view, a CSV logger under ``log_dir``."""
+    return [
+        "--config", "configs/quickstart.yaml",
+        f"--data.init_args.root={root}",
+        "--data.init_args.videos_per_subject_class=1",
+        "--data.init_args.num_workers=0",
+        "--data.init_args.batch_size=4",
+        "--data.init_args.num_frames=4",
+        "--data.init_args.test_num_crops=1",
+        "--model.net_kwargs={embed_dim: 16, num_heads: 2, depth: 1}",
+        "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
+        f"--trainer.logger.init_args.save_dir={log_dir}",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false",
+        *extra,
+    ]

@@ -9,27 +9,14 @@ import pytest
 
 from dna_video.cli import main
 from dna_video.data.synthetic import SYNTHETIC_CLASSES
+from run_helpers import tiny_run_args
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_VIDEOS = 7 * len(SYNTHETIC_CLASSES)  # an odd count: the ranks get 18 and 17 videos
 
 
 def args(root, log_dir, *extra):
-    return [
-        "--config", "configs/quickstart.yaml",
-        f"--data.init_args.root={root}",
-        "--data.init_args.videos_per_subject_class=1",
-        "--data.init_args.num_workers=0",
-        "--data.init_args.batch_size=4",
-        "--data.init_args.num_frames=4",
-        "--data.init_args.test_num_crops=1",
-        "--model.net_kwargs={embed_dim: 16, num_heads: 2, depth: 1}",
-        "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
-        f"--trainer.logger.init_args.save_dir={log_dir}",
-        "--trainer.enable_progress_bar=false",
-        "--trainer.enable_model_summary=false",
-        *extra,
-    ]
+    return tiny_run_args(root, log_dir, *extra)
 
 
 def only(folder, name):

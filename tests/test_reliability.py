@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from dna_video.callbacks.guard import NonFiniteError, NonFiniteGuard
+from run_helpers import tiny_run_args
 from dna_video.runs import AtomicCheckpointIO, Experiment, RestoreError, compare_hparams, find_latest_run, record_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -175,27 +176,16 @@ def cli(*args, **kwargs):
 
 
 def tiny_args(root, log_dir, *extra):
-    return [
-        "--config", "configs/quickstart.yaml",
-        f"--data.init_args.root={root}",
-        "--data.init_args.videos_per_subject_class=1",
-        "--data.init_args.num_workers=0",
-        "--data.init_args.batch_size=4",
-        "--data.init_args.num_frames=4",
-        "--data.init_args.test_num_crops=1",
+    return tiny_run_args(
+        root, log_dir,
         "--data.init_args.val_num_crops=1",
-        "--model.net_kwargs={embed_dim: 16, num_heads: 2, depth: 1}",
         "--model.warmup_steps=0",
-        "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
-        f"--trainer.logger.init_args.save_dir={log_dir}",
         "--trainer.logger.init_args.name=exp",
-        "--trainer.enable_progress_bar=false",
-        "--trainer.enable_model_summary=false",
         "--trainer.num_sanity_val_steps=0",
         "--trainer.limit_val_batches=1",
         "--test_after_fit=false",
         *extra,
-    ]
+    )
 
 
 def finite_checkpoint(path):
