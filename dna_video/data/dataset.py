@@ -58,6 +58,10 @@ class VideoClipDataset(Dataset):
         slow_decode_warning: seconds after which a decode still running is logged with its
             path (0: never). A decoder stuck inside C code cannot be interrupted, but this
             names the file before the DataLoader's timeout stops the run.
+        mask_reader: video path -> ground-truth masks bool (N, M, H, W) for its N frames (e.g.
+            :func:`~.distractors.read_masks`); when given, each sample also holds ``masks``,
+            the SAME frames, resize, crop and flip as its clip: (M, T, h, w) in training,
+            (views, M, T, h, w) in evaluation.
     """
 
     def __init__(
@@ -69,6 +73,7 @@ class VideoClipDataset(Dataset):
         num_clips: int = 1,
         max_retries: int = 10,
         slow_decode_warning: float = 0.0,
+        mask_reader: Callable[[str], np.ndarray] | None = None,
     ) -> None:
         self.records = list(records)
         self.sampler = sampler
@@ -77,6 +82,7 @@ class VideoClipDataset(Dataset):
         self.num_clips = num_clips
         self.max_retries = max_retries
         self.slow_decode_warning = slow_decode_warning
+        self.mask_reader = mask_reader
 
     def __len__(self) -> int:
         return len(self.records)
@@ -106,21 +112,42 @@ class VideoClipDataset(Dataset):
         finally:
             timer.cancel()
 
-    def load(self, index: int, rng: np.random.Generator | None = None) -> torch.Tensor:
-        """Decode and transform the clip(s) of record ``index``."""
+    def load(self, index: int, rng: np.random.Generator | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Decode and transform the clip(s) of record ``index`` (and its masks, with a
+        ``mask_reader``: then a (video, masks) pair)."""
         record = self.records[index]
+        chosen: list[np.ndarray] = []
+
+        def pick(indices: np.ndarray) -> np.ndarray:
+            chosen.append(indices)  # the masks take exactly these frames
+            return indices
+
         if self.train:
             rng = rng or self._rng()
             with self._watch(record.path):
-                decoded = read_frames(record.path, lambda n, fps: self.sampler.train_indices(n, fps, rng))
-            frames = torch.from_numpy(decoded.frames)
-            return self.transform(rearrange(frames, "t h w c -> t c h w"))
+                decoded = read_frames(record.path, lambda n, fps: pick(self.sampler.train_indices(n, fps, rng)))
+            frames = rearrange(torch.from_numpy(decoded.frames), "t h w c -> t c h w")
+            if self.mask_reader is None:
+                return self.transform(frames)
+            return self.transform(frames, self._masks(record.path, chosen[-1], decoded.num_frames))
         with self._watch(record.path):
-            decoded = read_frames(record.path, lambda n, fps: self.sampler.view_indices(n, fps, self.num_clips))
+            decoded = read_frames(record.path, lambda n, fps: pick(self.sampler.view_indices(n, fps, self.num_clips)))
         clips = rearrange(torch.from_numpy(decoded.frames), "(k t) h w c -> k t c h w", k=self.num_clips)
-        # (clips, crops, C, T, h, w) -> views ordered clip-major.
-        views = torch.stack([self.transform(clip) for clip in clips])
-        return rearrange(views, "k s c t h w -> (k s) c t h w")
+        if self.mask_reader is None:
+            # (clips, crops, C, T, h, w) -> views ordered clip-major.
+            views = torch.stack([self.transform(clip) for clip in clips])
+            return rearrange(views, "k s c t h w -> (k s) c t h w")
+        masks = self._masks(record.path, chosen[-1], decoded.num_frames)
+        pairs = [self.transform(clip, clip_masks) for clip, clip_masks in zip(clips, masks)]
+        views = rearrange(torch.stack([v for v, _ in pairs]), "k s c t h w -> (k s) c t h w")
+        return views, rearrange(torch.stack([m for _, m in pairs]), "k s m t h w -> (k s) m t h w")
+
+    def _masks(self, path: str, indices: np.ndarray, num_frames: int) -> torch.Tensor:
+        """The masks of ``indices`` (any shape) as uint8 (..., M, H, W)."""
+        masks = self.mask_reader(path)
+        if len(masks) < num_frames:
+            raise ValueError(f"{path}: {len(masks)} mask frames for a video of {num_frames} decodable frames")
+        return torch.from_numpy(masks[indices].astype(np.uint8))
 
     def __getitem__(self, index: int) -> dict:
         failed: list[str] = []
@@ -128,6 +155,9 @@ class VideoClipDataset(Dataset):
         while True:
             try:
                 video = self.load(index, rng)
+                masks = None
+                if isinstance(video, tuple):
+                    video, masks = video
             except VideoDecodeError as exc:
                 failed.append(self.records[index].path)
                 if not self.train:
@@ -143,10 +173,13 @@ class VideoClipDataset(Dataset):
                 index = int(rng.integers(len(self.records)))
                 continue
             record = self.records[index]
-            return {
+            sample = {
                 "video": video, "label": record.label, "index": index, "path": record.path,
                 "failed": len(failed), "failed_paths": failed,
             }
+            if masks is not None:
+                sample["masks"] = masks
+            return sample
 
 
 def collate_videos(samples: list[dict]) -> dict:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import torch
 from einops import rearrange
 from torch import Tensor
+from torchvision import tv_tensors
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
@@ -49,9 +50,14 @@ class TrainClipTransform:
         steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(mean), list(std))]
         self.transform = v2.Compose(steps)
 
-    def __call__(self, frames: Tensor) -> Tensor:
-        """uint8 (T, C, H, W) -> float (C, T, crop, crop)."""
-        return rearrange(self.transform(frames), "t c h w -> c t h w")
+    def __call__(self, frames: Tensor, masks: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+        """uint8 (T, C, H, W) -> float (C, T, crop, crop). With ``masks`` (T, M, H, W): also
+        the masks (M, T, crop, crop), under the same random scale, crop and flip (one v2 call:
+        its random parameters are drawn once; masks are resized nearest)."""
+        if masks is None:
+            return rearrange(self.transform(frames), "t c h w -> c t h w")
+        video, masks = self.transform(frames, tv_tensors.Mask(masks))
+        return rearrange(video, "t c h w -> c t h w"), rearrange(masks.as_subclass(Tensor), "t m h w -> m t h w")
 
 
 def spatial_crops(frames: Tensor, size: int, num_crops: int) -> list[Tensor]:
@@ -86,7 +92,12 @@ class EvalClipTransform:
         self.resize = v2.Resize(crop_size, antialias=True)
         self.normalize = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(mean), list(std))])
 
-    def __call__(self, frames: Tensor) -> Tensor:
-        frames = self.resize(frames)
-        crops = spatial_crops(frames, self.crop_size, self.num_crops)
-        return torch.stack([rearrange(self.normalize(c), "t c h w -> c t h w") for c in crops])
+    def __call__(self, frames: Tensor, masks: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor]:
+        """uint8 (T, C, H, W) -> (crops, C, T, crop, crop); with ``masks`` (T, M, H, W) also
+        (crops, M, T, crop, crop): the same resize (nearest) and crops."""
+        crops = spatial_crops(self.resize(frames), self.crop_size, self.num_crops)
+        video = torch.stack([rearrange(self.normalize(c), "t c h w -> c t h w") for c in crops])
+        if masks is None:
+            return video
+        masks = self.resize(tv_tensors.Mask(masks)).as_subclass(Tensor)
+        return video, torch.stack([rearrange(m, "t m h w -> m t h w") for m in spatial_crops(masks, self.crop_size, self.num_crops)])
