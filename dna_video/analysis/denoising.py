@@ -48,8 +48,9 @@ def patch_shares(masks: Tensor, patch_size: int) -> Tensor:
 def region_mass(cls_map: Tensor, shares: Tensor) -> Tensor:
     """The share of the attention mass of ``cls_map`` (B, T, h, w; non-negative, e.g. the cls
     row over a frame's patches) on the actor, the distractors and the background: (B, 3),
-    rows summing to 1. ``shares``: (B, M, T, h, w) from :func:`patch_shares`. A patch partly
-    covered by a region gives it that part of its weight."""
+    rows summing to 1: the map's weight on a region summed over the frames, over its weight on
+    all patches of all frames. ``shares``: (B, M, T, h, w) from :func:`patch_shares`; a patch
+    partly covered by a region gives it that part of its weight."""
     total = reduce(cls_map, "b t h w -> b", "sum").clamp_min(1e-12)
     actor = (cls_map * shares[:, 0]).sum(dim=(1, 2, 3)) / total
     distractors = (cls_map * shares[:, 1:].sum(dim=1)).sum(dim=(1, 2, 3)) / total
