@@ -11,6 +11,7 @@ _EXPORTS = {
     "NTURGBD60": "ntu",
     "SplitRecords": "datamodule",
     "SplitSummary": "datamodule",
+    "SyntheticDistractors": "distractors",
     "SyntheticSmarthome": "synthetic",
     "ToyotaSmarthome": "smarthome",
     "VideoClipDataset": "dataset",
