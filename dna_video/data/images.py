@@ -164,11 +164,24 @@ class _MixCollate:
 SYNTHETIC_SHAPES = ("circle", "square", "triangle", "cross")
 
 
-def _render(shape: int, rng: np.random.Generator, size: int) -> np.ndarray:
+SHAPE_CONTRASTS = ("random", "bright")
+
+
+def _render(shape: int, rng: np.random.Generator, size: int, contrast: str = "random") -> np.ndarray:
     """One RGB image (size, size, 3) uint8: a shape of random colour, position and scale on
-    a noisy background of another colour."""
+    a noisy background of another colour.
+
+    Args:
+        contrast: ``random``: the shape's colour is the background's plus 90-165 modulo 255 per
+            channel, so each channel's contrast sign is random (a from-scratch ViT stays near
+            chance on a few hundred such images; a CNN does not). ``bright``: a darker
+            background (0-100) and the shape 90-155 brighter in every channel, one contrast
+            sign, which a small ViT learns from a few hundred images.
+    """
+    if contrast not in SHAPE_CONTRASTS:
+        raise ValueError(f"unknown shape contrast {contrast!r}; choose one of {SHAPE_CONTRASTS}")
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
-    background = rng.uniform(0, 255, 3)
+    background = rng.uniform(0, 255 if contrast == "random" else 100, 3)
     image = np.clip(background + rng.normal(0, 20, (size, size, 3)), 0, 255)
     r = rng.uniform(0.18, 0.3) * size
     cy, cx = rng.uniform(r, size - r, 2)
@@ -181,14 +194,20 @@ def _render(shape: int, rng: np.random.Generator, size: int) -> np.ndarray:
         mask = (dy <= r * 0.7) & (dy >= -r) & (abs(dx) <= (dy + r) * 0.6)
     else:
         mask = ((abs(dy) <= r * 0.3) & (abs(dx) <= r)) | ((abs(dx) <= r * 0.3) & (abs(dy) <= r))
-    colour = (background + rng.uniform(90, 165, 3)) % 255
+    if contrast == "random":
+        colour = (background + rng.uniform(90, 165, 3)) % 255
+    else:
+        colour = background + rng.uniform(90, 155, 3)
     image[mask] = colour
     return image.astype(np.uint8)
 
 
-def generate_synthetic_images(root: str | Path, per_class: dict[str, int], size: int = 32, seed: int = 0) -> Path:
+def generate_synthetic_images(
+    root: str | Path, per_class: dict[str, int], size: int = 32, seed: int = 0, contrast: str = "random"
+) -> Path:
     """Write PNG images of :data:`SYNTHETIC_SHAPES` to ``root/<split>/<shape>/<n>.png``,
-    ``per_class[split]`` images per shape; splits that exist already are kept."""
+    ``per_class[split]`` images per shape, shapes drawn with ``contrast`` (see :func:`_render`);
+    splits that exist already are kept (use another ``root`` for another contrast)."""
     from torchvision.io import write_png
 
     root = Path(root)
@@ -200,7 +219,7 @@ def generate_synthetic_images(root: str | Path, per_class: dict[str, int], size:
         for label, name in enumerate(SYNTHETIC_SHAPES):
             (tmp / name).mkdir(parents=True, exist_ok=True)
             for n in range(count):
-                image = torch.from_numpy(_render(label, rng, size)).permute(2, 0, 1).contiguous()
+                image = torch.from_numpy(_render(label, rng, size, contrast)).permute(2, 0, 1).contiguous()
                 write_png(image, str(tmp / name / f"{n:04d}.png"))
         tmp.rename(root / split)
     return root
@@ -214,6 +233,8 @@ class SyntheticImageFolder(ImageFolderDataModule):
         root: where the images are written (kept and reused).
         train_per_class, val_per_class, test_per_class: images per class and split.
         image_size: side of the generated images.
+        shape_contrast: ``random`` (each channel's contrast sign random; hard for a ViT from
+            scratch) or ``bright`` (shapes brighter than the background); see :func:`_render`.
         (the rest: :class:`ImageFolderDataModule`)
     """
 
@@ -233,9 +254,11 @@ class SyntheticImageFolder(ImageFolderDataModule):
         val_per_class: int = 20,
         test_per_class: int = 20,
         image_size: int = 32,
+        shape_contrast: str = "random",
     ) -> None:
         generate_synthetic_images(
-            root, {"train": train_per_class, "val": val_per_class, "test": test_per_class}, size=image_size
+            root, {"train": train_per_class, "val": val_per_class, "test": test_per_class}, size=image_size,
+            contrast=shape_contrast,
         )
         super().__init__(root, img_size, batch_size, num_workers, rand_augment_magnitude, random_erasing,
                          mixup_alpha, cutmix_alpha, crop_pct, min_crop_scale)
