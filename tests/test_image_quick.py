@@ -2,6 +2,7 @@
 image CLI on a generated folder of bright shapes reaches a test top-1 well above chance (25%)."""
 
 import csv
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from dna_video.data.images import _render
 def _fit_and_test(tmp_path, contrast: str) -> float:
     from dna_video.image_cli import main
 
-    main(["fit", "--config", "configs/images_quick.yaml", f"--data.init_args.root={tmp_path / contrast}",
+    main(["fit", "--config", str(Path(__file__).resolve().parents[1] / "configs" / "images_quick.yaml"), f"--data.init_args.root={tmp_path / contrast}",
           f"--data.init_args.shape_contrast={contrast}", "--data.init_args.train_per_class=300",
           "--trainer.max_epochs=15", "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
           "--trainer.logger=lightning.pytorch.loggers.CSVLogger", f"--trainer.logger.init_args.save_dir={tmp_path}",
