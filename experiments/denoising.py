@@ -284,6 +284,9 @@ def collect(cells: list[Cell], out: Path) -> list[dict]:
         if not cell.done(out):
             continue
         measured = json.loads((cell.folder(out) / "cell.json").read_text())["row"]
+        checkpoint = Path(measured["checkpoint"])
+        if checkpoint.is_relative_to(REPO):  # the committed CSV names no machine's folders
+            measured["checkpoint"] = str(checkpoint.relative_to(REPO))
         rows.append({"arm": cell.arm, "variant": cell.variant, "level": cell.level, "seed": cell.seed,
                      "dna_init": cell.dna_init, **measured})
     return rows
