@@ -357,11 +357,10 @@ def table(rows: list[dict]) -> str:
     main = [r for r in rows if r["arm"] == "main"]
     if main:
         lines += [
-            "Arm 1, trained from scratch. Mean +/- std over seeds of: test top-1 (%; mean per-class accuracy is "
-            "the same on this balanced test split); its paired difference with softmax (same level, seed and "
-            "videos; points) and whether the seeds resolve it; RMS calibration error (%); the cls token's "
-            "attention mass on the distractors (% of its patch attention; positive / negative branch); the "
-            "top-1 change with the negative branch off and with the distractors removed (points).",
+            "Arm 1, from scratch; mean +/- std over seeds. top-1: test top-1 (%; the same as mean per-class "
+            "accuracy on this balanced split); - softmax: paired difference (same level, seed, videos; points); "
+            "RMS calib.: RMS calibration error (%); mass on distractors: % of the cls token's patch attention "
+            "(positive / negative branch); negative off, distractors removed: top-1 change (points).",
             "",
             "| level | variant | seeds | top-1 | - softmax | resolved | RMS calib. | mass on distractors "
             "| negative off | distractors removed |",
@@ -387,8 +386,8 @@ def table(rows: list[dict]) -> str:
                 )
     tuned = [r for r in rows if r["arm"] == "finetune"]
     if tuned:
-        lines += ["", "Arm 2, fine-tuned from the softmax model trained without distractors: test top-1 (%) and "
-                  "its paired difference with softmax fine-tuning (same start, seed and videos; points).", "",
+        lines += ["", "Arm 2, fine-tuned from the softmax model trained without distractors: test top-1 (%); "
+                  "- softmax: paired difference with softmax fine-tuning (same start, seed, videos; points).", "",
                   "| level | fine-tuned as | seeds | top-1 | - softmax | resolved |",
                   "|---|---|---:|---:|---:|---|"]
         for level in levels:
@@ -489,12 +488,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = Path(args.out).resolve()
     csv_path = Path(args.csv) if args.csv else (out / "denoising.csv" if args.quick else RESULTS / "denoising.csv")
-    if args.table:
-        print(table(read_csv(csv_path)))
-        return 0
-    if args.plots:
-        for path in plots(read_csv(csv_path), csv_path.parent):
-            print(f"written: {path}")
+    if args.table or args.plots:
+        try:
+            rows = read_csv(csv_path)
+        except FileNotFoundError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        if args.table:
+            print(table(rows))
+        else:
+            for path in plots(rows, csv_path.parent):
+                print(f"written: {path}")
         return 0
 
     cells = plan(args.arms, args.quick)
