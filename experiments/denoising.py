@@ -326,9 +326,10 @@ def _pm(values: list[float], scale: float = 100.0, digits: int = 1, signed: bool
     if not values:
         return "-"
     sign = "+" if signed else ""
+    mean = round(statistics.mean(values), digits) + 0.0  # + 0.0: no "-0.0"
     if len(values) == 1:
-        return f"{values[0]:{sign}.{digits}f}"
-    return f"{statistics.mean(values):{sign}.{digits}f} +/- {statistics.stdev(values):.{digits}f}"
+        return f"{mean:{sign}.{digits}f}"
+    return f"{mean:{sign}.{digits}f} +/- {statistics.stdev(values):.{digits}f}"
 
 
 def _resolved(diffs: list[float]) -> str:
