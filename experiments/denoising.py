@@ -361,7 +361,7 @@ def table(rows: list[dict]) -> str:
             "Arm 1, from scratch; mean +/- std over seeds. top-1: test top-1 (%; the same as mean per-class "
             "accuracy on this balanced split); - softmax: paired difference (same level, seed, videos; points); "
             "RMS calib.: RMS calibration error (%); mass on distractors: % of the cls token's patch attention "
-            "(positive / negative branch); negative off, distractors removed: top-1 change (points).",
+            "(positive / negative map); negative off, distractors removed: top-1 change (points).",
             "",
             "| level | variant | seeds | top-1 | - softmax | resolved | RMS calib. | mass on distractors "
             "| negative off | distractors removed |",
