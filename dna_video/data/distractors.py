@@ -27,21 +27,17 @@ frames (:class:`~.dataset.VideoClipDataset`).
 
 from __future__ import annotations
 
-import json
-import logging
 import os
-import shutil
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
 from .dataset import VideoClipDataset, VideoRecord
-from .synthetic import SYNTHETIC_CLASSES, SyntheticSmarthome, _actor_track, _shape_mask, _video_plan
+from .synthetic import (SYNTHETIC_CLASSES, SyntheticSmarthome, _actor_track, _shape_mask, _video_plan,
+                        write_generated_dataset)
 from .video import write_video
 
-log = logging.getLogger(__name__)
 
 __all__ = ["DISTRACTOR_LEVELS", "render_scene", "generate_distractor_dataset", "mask_path", "read_masks",
            "SyntheticDistractors"]
@@ -174,32 +170,12 @@ def generate_distractor_dataset(
                    similarity=similarity, height=height, width=width)
     params = dict(version=GENERATOR_VERSION, videos_per_subject_class=videos_per_subject_class, seed=seed,
                   classes=list(SYNTHETIC_CLASSES), **options)
-    manifest = root / MANIFEST
-    if manifest.exists() and json.loads(manifest.read_text()) == params:
-        return root
-    if root.exists():
-        if not manifest.exists():
-            raise FileExistsError(f"{root} exists but holds no {MANIFEST}: not a distractor dataset folder; "
-                                  "choose another root or remove it")
-        log.info("distractor dataset parameters changed: rebuilding %s", root)
-        shutil.rmtree(root)
     render_scene(0, 0, **options)  # bad options fail here, before any worker starts
     plan = _video_plan(seed, videos_per_subject_class)
-    tmp = root.with_name(root.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    log.info("writing %d synthetic videos (distractors: %s) to %s", len(plan), level, root)
-    jobs = [(str(tmp / name.filename), label, s, options) for name, label, s in plan]
-    workers = workers or min(len(jobs), os.cpu_count() or 1)
-    if workers > 1:
-        with ProcessPoolExecutor(workers) as pool:
-            list(pool.map(_write_one, jobs, chunksize=16))
-    else:
-        for job in jobs:
-            _write_one(job)
-    (tmp / MANIFEST).write_text(json.dumps(params, indent=1))
-    tmp.rename(root)
-    return root
+    return write_generated_dataset(
+        root, MANIFEST, params, _write_one,
+        lambda folder: [(str(folder / name.filename), label, s, options) for name, label, s in plan], workers,
+    )
 
 
 class SyntheticDistractors(SyntheticSmarthome):

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -139,6 +140,49 @@ def _write_one(args: tuple[str, int, int, int, int]) -> None:
     write_video(path, render_video(label, seed, height, width), fps=30.0)
 
 
+def write_generated_dataset(
+    root: Path,
+    manifest_name: str,
+    params: dict,
+    write_one: Callable[[tuple], None],
+    jobs_in: Callable[[Path], list[tuple]],
+    workers: int | None = None,
+) -> Path:
+    """Write a generated dataset under ``root`` unless its manifest ``manifest_name`` there
+    records the same ``params``: ``write_one`` runs on each job of ``jobs_in(folder)``, in
+    ``workers`` processes (None: one per core).
+
+    The files go to a temporary sibling folder first, moved in place at the end, so an
+    interrupted run never leaves a half-written dataset behind; a folder without the manifest
+    is never overwritten."""
+    manifest = root / manifest_name
+    if manifest.exists() and json.loads(manifest.read_text()) == params:
+        return root
+    if root.exists():
+        if not manifest.exists():
+            raise FileExistsError(
+                f"{root} exists but holds no {manifest_name}: not a synthetic dataset folder; "
+                "choose another root or remove it"
+            )
+        log.info("generated dataset parameters changed: rebuilding %s", root)
+        shutil.rmtree(root)
+    tmp = root.with_name(root.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    jobs = jobs_in(tmp)
+    log.info("writing %d synthetic videos to %s", len(jobs), root)
+    workers = workers or min(len(jobs), os.cpu_count() or 1)
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            list(pool.map(write_one, jobs, chunksize=16))
+    else:
+        for job in jobs:
+            write_one(job)
+    (tmp / manifest_name).write_text(json.dumps(params, indent=1))
+    tmp.rename(root)
+    return root
+
+
 def generate_synthetic_dataset(
     root: str | os.PathLike,
     videos_per_subject_class: int = 6,
@@ -147,43 +191,17 @@ def generate_synthetic_dataset(
     width: int = 112,
     workers: int | None = None,
 ) -> Path:
-    """Write the dataset under ``root`` unless it is already there with the same parameters.
-
-    The videos are written to a temporary sibling folder first and moved in place at the
-    end, so an interrupted run never leaves a half-written dataset behind.
-    """
-    root = Path(root)
+    """Write the dataset under ``root`` unless it is already there with the same parameters
+    (:func:`write_generated_dataset`)."""
     params = dict(
         version=GENERATOR_VERSION, videos_per_subject_class=videos_per_subject_class,
         seed=seed, height=height, width=width, classes=list(SYNTHETIC_CLASSES),
     )
-    manifest = root / MANIFEST
-    if manifest.exists() and json.loads(manifest.read_text()) == params:
-        return root
-    if root.exists():
-        if not manifest.exists():
-            raise FileExistsError(
-                f"{root} exists but holds no {MANIFEST}: not a synthetic dataset folder; "
-                "choose another root or remove it"
-            )
-        log.info("synthetic dataset parameters changed: rebuilding %s", root)
-        shutil.rmtree(root)
     plan = _video_plan(seed, videos_per_subject_class)
-    tmp = root.with_name(root.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    log.info("writing %d synthetic videos to %s", len(plan), root)
-    jobs = [(str(tmp / name.filename), label, s, height, width) for name, label, s in plan]
-    workers = workers or min(len(jobs), os.cpu_count() or 1)
-    if workers > 1:
-        with ProcessPoolExecutor(workers) as pool:
-            list(pool.map(_write_one, jobs, chunksize=16))
-    else:
-        for job in jobs:
-            _write_one(job)
-    (tmp / MANIFEST).write_text(json.dumps(params, indent=1))
-    tmp.rename(root)
-    return root
+    return write_generated_dataset(
+        Path(root), MANIFEST, params, _write_one,
+        lambda folder: [(str(folder / name.filename), label, s, height, width) for name, label, s in plan], workers,
+    )
 
 
 class SyntheticSmarthome(ProtocolDataModule):
