@@ -19,8 +19,8 @@ same recipe (``configs/denoising.yaml``), data and seeds; only the attention dif
 ``none`` (seed s) fine-tuned at each harder level with DnA under each ``dna_init`` policy and
 with softmax, :data:`FINETUNE_EPOCHS` epochs.
 
-Each run is ``cli.py fit`` (test after fit) in a process of its own, then a measuring process
-on its best checkpoint: test top-1, mean per-class accuracy, RMS calibration error (adaptive
+Each run is ``cli.py fit`` (test after fit) in a process of its own, then measured on its best
+checkpoint: test top-1, mean per-class accuracy, RMS calibration error (adaptive
 bins), ECE; alpha per block (DnA's per-head alpha averaged over heads; ``diff``: lambda);
 the share of the cls token's spatial attention mass on the actor, the distractors and the
 background per branch (mean over blocks, heads and test videos; per block in ``cell.json``);
@@ -65,7 +65,7 @@ DNA_INITS = ("random", "scaled_copy", "orthogonal")
 # The quick grid of --quick (a test runs it): tiny data, one epoch, two variants.
 QUICK = dict(variants=("softmax", "dna"), levels=("none", "confusing"), seeds=1, epochs=1, finetune_epochs=1,
              inits=("scaled_copy",), data=dict(videos_per_subject_class=1, height=32, width=40, crop_size=32,
-                                               train_short_side=[32, 36], batch_size=4))
+                                               train_short_side=[32, 36], batch_size=4, num_frames=4))
 # What the generator takes from the data options (the rest is sampling and loading).
 SCENE_OPTIONS = ("videos_per_subject_class", "seed", "height", "width")
 
@@ -256,12 +256,11 @@ def run_cell(cell: Cell, out: Path, quick: bool, extra: list[str], threads: int)
         if code != 0:
             return f"fit failed (exit {code}); log: {folder.parent / 'fit.log'}"
     fit_seconds = time.time() - started
-    command = [sys.executable, "-m", "experiments.denoising", "--measure", str(folder),
-               "--clean-root", str(data_root(out, "none", quick)), "--fit-seconds", f"{fit_seconds:.1f}"]
-    with open(folder.parent / "measure.log", "a") as log:
-        code = subprocess.run(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
-    if code != 0:
-        return f"measuring failed (exit {code}); log: {folder.parent / 'measure.log'}"
+    # Measured here, in this worker thread (torch releases the GIL): no second interpreter start.
+    try:
+        write_cell(folder, data_root(out, "none", quick), fit_seconds)
+    except Exception as exc:  # noqa: BLE001 - reported with the cell, the other cells go on
+        return f"measuring failed: {type(exc).__name__}: {exc}"
     return None
 
 
@@ -479,14 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     parser.add_argument("--table", action="store_true", help="print the summary table from the CSV and stop")
     parser.add_argument("--plots", action="store_true", help="draw the plots from the CSV and stop")
-    parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # one run's measures (a subprocess)
-    parser.add_argument("--clean-root", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--fit-seconds", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("cli_args", nargs=argparse.REMAINDER, help="after --: more cli.py options for every run")
     args = parser.parse_args(argv)
-    if args.measure:
-        write_cell(args.measure, args.clean_root, args.fit_seconds)
-        return 0
     out = Path(args.out).resolve()
     csv_path = Path(args.csv) if args.csv else (out / "denoising.csv" if args.quick else RESULTS / "denoising.csv")
     if args.table or args.plots:
