@@ -35,7 +35,7 @@ import numpy as np
 
 from .dataset import VideoClipDataset, VideoRecord
 from .synthetic import (SYNTHETIC_CLASSES, SyntheticSmarthome, _actor_track, _shape_mask, _video_plan,
-                        write_generated_dataset)
+                        scene_start, write_generated_dataset)
 from .video import write_video
 
 
@@ -86,12 +86,8 @@ def render_scene(
     if not 0.0 <= similarity <= 1.0:
         raise ValueError(f"similarity must be in [0, 1], got {similarity}")
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(40, 57))
-    t = np.linspace(0.0, 1.0, n)
-    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
-    c0, c1 = rng.uniform(0, 120, 3), rng.uniform(0, 120, 3)
-    ramp = (xx / width * 0.6 + yy / height * 0.4)[..., None]
-    background = c0 * (1 - ramp) + c1 * ramp + rng.normal(0, 8, (height, width, 3))
+    t, yy, xx, background = scene_start(rng, height, width)
+    n = len(t)
     kind = int(rng.integers(0, 3))
     # Two bright stripe colours: a dark stripe would vanish into the (dark) background.
     light, dark = rng.uniform(190, 255, 3), rng.uniform(120, 170, 3)

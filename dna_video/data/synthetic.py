@@ -89,18 +89,24 @@ def _actor_track(label: int, t: np.ndarray, rng: np.random.Generator, h: int, w:
     return cy, cx, r
 
 
-def render_video(label: int, seed: int, height: int = 84, width: int = 112) -> np.ndarray:
-    """Frames (N, H, W, 3) uint8 of one synthetic video of class ``label``."""
-    rng = np.random.default_rng(seed)
+def scene_start(rng: np.random.Generator, height: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The first draws of every synthetic video, in this order: its length, then its
+    background (a random colour gradient with fixed texture noise). Returns normalised times
+    ``t`` (N,), the pixel grids ``yy``, ``xx`` (H, W) and the background (H, W, 3) float."""
     n = int(rng.integers(40, 57))
     t = np.linspace(0.0, 1.0, n)
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
-
-    # Background: a random colour gradient with fixed texture noise.
     c0, c1 = rng.uniform(0, 120, 3), rng.uniform(0, 120, 3)
     ramp = (xx / width * 0.6 + yy / height * 0.4)[..., None]
     background = c0 * (1 - ramp) + c1 * ramp + rng.normal(0, 8, (height, width, 3))
+    return t, yy, xx, background
 
+
+def render_video(label: int, seed: int, height: int = 84, width: int = 112) -> np.ndarray:
+    """Frames (N, H, W, 3) uint8 of one synthetic video of class ``label``."""
+    rng = np.random.default_rng(seed)
+    t, yy, xx, background = scene_start(rng, height, width)
+    n = len(t)
     kind, distractor_kind = rng.integers(0, 3, 2)
     colour = rng.uniform(150, 255, 3)
     distractor_colour = rng.uniform(120, 255, 3)
