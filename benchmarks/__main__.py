@@ -2,7 +2,7 @@
 
     python -m benchmarks                      # everything (under 10 minutes on 2 CPU cores)
     python -m benchmarks --sections attention model --rounds 9
-    python -m benchmarks --sections variants  # softmax, dna, dna_shared_v, diff, cog side by side
+    python -m benchmarks --sections variants  # every registered attention kind beside softmax
     python -m benchmarks --quick              # fewer rounds and clips, a smoke run
     python -m benchmarks --compile            # also torch.compile (its first step compiles)
     python -m benchmarks --output results.md  # also write the table to a file

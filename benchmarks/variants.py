@@ -1,5 +1,4 @@
-"""Section: the attention variants (``dna``, ``dna_shared_v``, ``diff``, ``cog``) against
-softmax attention in the same TimeSformer.
+"""Section: every registered attention kind against softmax attention in the same TimeSformer.
 
 * Parameters of the full TimeSformer-B (12 blocks, D 768, 12 heads, 8 x 224 x 224, 31
   classes), counted.
@@ -18,20 +17,25 @@ from typing import Callable
 
 import torch
 
-from dna_video.attention import build_attention
+from dna_video.models.attention import attention_kind, attention_kinds, build_attention
 
 from .harness import Row, interleaved, time_row
 from .model import BASE, NUM_CLASSES, REDUCED, Geometry, _inputs, inference, train_step
 
-__all__ = ["KINDS", "run"]
+__all__ = ["kinds", "run", "variant_rows"]
 
-KINDS = ("softmax", "dna", "dna_shared_v", "diff", "cog")
+
+
+def kinds() -> tuple[str, ...]:
+    """Every registered attention kind, softmax first (the baseline)."""
+    return attention_kinds()
 
 
 def build(g: Geometry, attention: str):
     from dna_video.timesformer import TimeSformer
 
-    kwargs = {"cog_softmax_ends": False} if attention == "cog" else None
+    # Every block uses the kind, even in a 2-block model (cog keeps softmax at the ends otherwise).
+    kwargs = dict(attention_kind(attention).all_blocks_kwargs) or None
     return TimeSformer(
         num_classes=NUM_CLASSES, img_size=g.img_size, num_frames=g.num_frames, patch_size=g.patch_size,
         embed_dim=g.embed_dim, depth=g.depth, num_heads=g.num_heads, attention=attention,
@@ -64,27 +68,31 @@ def _diff_cases(g: Geometry) -> dict[str, Callable[[], None]]:
     return {"ours": step(ours), "timm": step(theirs)}
 
 
-def run(rounds: int = 5, quick: bool = False) -> list[Row]:
+def variant_rows(names: tuple[str, ...], g: Geometry, base: Geometry, rounds: int) -> list[Row]:
+    """Parameter counts at ``base`` and forward / train-step times at ``g`` of the kinds
+    ``names`` (softmax first: the baseline of every row)."""
     sec = "variants"
     rows: list[Row] = []
-    params = {kind: parameter_count(kind) / 1e6 for kind in KINDS}
-    case = f"parameters (M), TimeSformer-B: {BASE.describe()}"
-    rows += [Row(sec, case, "M params", kind, params[kind], "softmax", params["softmax"]) for kind in KINDS[1:]]
-
-    g = REDUCED
-    rounds = max(2, rounds // 2) if quick else rounds
+    params = {kind: parameter_count(kind, base) / 1e6 for kind in names}
+    case = f"parameters (M), TimeSformer-B: {base.describe()}"
+    rows += [Row(sec, case, "M params", kind, params[kind], "softmax", params["softmax"]) for kind in names[1:]]
     torch.manual_seed(0)
     video, target = _inputs(g, hf=False)
-    models = {kind: build(g, kind) for kind in KINDS}
+    models = {kind: build(g, kind) for kind in names}
     t = interleaved({kind: inference(m, video) for kind, m in models.items()}, rounds=rounds)
     case = f"forward, {g.describe()}"
-    rows += [time_row(sec, case, "ms", kind, t[kind], "softmax", t["softmax"]) for kind in KINDS[1:]]
+    rows += [time_row(sec, case, "ms", kind, t[kind], "softmax", t["softmax"]) for kind in names[1:]]
     t = interleaved({kind: train_step(m, video, target) for kind, m in models.items()}, rounds=rounds)
     case = f"train step, {g.describe()}"
-    rows += [time_row(sec, case, "ms", kind, t[kind], "softmax", t["softmax"]) for kind in KINDS[1:]]
-    del models
+    rows += [time_row(sec, case, "ms", kind, t[kind], "softmax", t["softmax"]) for kind in names[1:]]
+    return rows
 
+
+def run(rounds: int = 5, quick: bool = False) -> list[Row]:
+    g = REDUCED
+    rounds = max(2, rounds // 2) if quick else rounds
+    rows = variant_rows(kinds(), g, BASE, rounds)
     t = interleaved(_diff_cases(g), rounds=rounds)
     case = f"diff attention fwd+bwd, spatial: {g.num_frames} x {(g.img_size // g.patch_size) ** 2 + 1} tokens, D {g.embed_dim}"
-    rows.append(time_row(sec, case, "ms", "ours (V halves)", t["ours"], "timm DiffAttention", t["timm"]))
+    rows.append(time_row("variants", case, "ms", "ours (V halves)", t["ours"], "timm DiffAttention", t["timm"]))
     return rows

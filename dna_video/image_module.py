@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
-import torch
 import torch.nn.functional as F
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor
@@ -19,7 +18,9 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from .module import _as_callable
-from .vit import load_image_checkpoint, vision_transformer
+from .checkpoints import load_image_checkpoint
+from .models.attention import negative_branch_weights
+from .vit import vision_transformer
 
 __all__ = ["ImageClassifier"]
 
@@ -35,8 +36,7 @@ class ImageClassifier(L.LightningModule):
         img_size: input side (linked from the DataModule).
         arch: ViT preset (``vit_tiny_patch16_224``, ``vit_small_patch16_224``,
             ``vit_base_patch16_224``) or ``custom`` (geometry in ``net_kwargs``).
-        attention: attention kind of every block: ``dna``, ``softmax``, ``dna_shared_v``,
-            ``diff``, ``cog``.
+        attention: attention kind of every block (a registered kind).
         attention_kwargs: extra arguments of the attention kind (e.g. ``{alpha_init: 0.5}``).
         net_kwargs: other ``timm VisionTransformer`` arguments (e.g. ``{patch_size: 8, depth: 4}``).
         drop_path_rate: stochastic depth (0.15 in the recipe).
@@ -48,7 +48,7 @@ class ImageClassifier(L.LightningModule):
         init_from: an image checkpoint to start from (timm ViT, DnA-ViT with separate or fused
             ``qqkvv`` projections): positions resampled, head re-initialised for another
             class count, DnA's Q-/V- by ``dna_init`` when absent; see
-            :func:`dna_video.vit.load_image_checkpoint`.
+            :func:`dna_video.checkpoints.load_image_checkpoint`.
         dna_init: DnA's Q-, V- when ``init_from`` has none: ``random``, ``scaled_copy``, ``orthogonal``.
     """
 
@@ -121,10 +121,9 @@ class ImageClassifier(L.LightningModule):
         self._eval_step(batch, "test", self.test_metrics)
 
     def on_train_epoch_end(self) -> None:
-        for name, module in self.net.named_modules():
-            alpha = getattr(module, "neg_scalers", None)
-            if isinstance(alpha, torch.nn.Parameter):
-                self.log(f"alpha/{name}", alpha.detach().mean())
+        # The negative branch's weight of each attention module that has one (DnA's alpha, mean over heads).
+        for name, weight in negative_branch_weights(self.net).items():
+            self.log(f"alpha/{name}", weight.detach().float().mean())
 
     def configure_optimizers(self) -> Any:
         from timm.scheduler import CosineLRScheduler

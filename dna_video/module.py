@@ -27,6 +27,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from .checkpoints import LoadReport, load_pretrained
 from .metrics import MeanClassAccuracy
+from .models.attention import negative_branch_weights
 from .timesformer import TimeSformer, timesformer
 from .views import aggregate_views, mean_view_probs
 
@@ -62,13 +63,12 @@ class VideoClassifier(L.LightningModule):
         num_frames: frames per clip (linked from the DataModule).
         img_size: input side (linked from the DataModule's crop size).
         arch: architecture preset: ``tiny`` (CPU tests), ``small`` (ViT-S/16), ``base`` (ViT-B/16).
-        attention: attention of both the temporal and the spatial path: ``dna``, ``softmax``, or
-            a variant for the paper's comparisons: ``dna_shared_v``, ``diff`` (Differential
-            Attention), ``cog`` (Cog Attention); see :mod:`dna_video.attention_variants`.
+        attention: attention of both the temporal and the spatial path: a registered kind
+            (``dna``, ``softmax``, the paper's comparison variants; ``docs/variants.md``).
         temporal_attention: attention of the temporal path only (null: ``attention``).
         spatial_attention: attention of the spatial path only (null: ``attention``).
         attention_kwargs: extra arguments of the attention kinds in use, each kind taking its
-            own, e.g. ``{alpha_init: 0.5}`` (dna, dna_shared_v), ``{cog_softmax_ends: false}``.
+            own (e.g. ``{alpha_init: 0.5}``).
         net_kwargs: overrides of other TimeSformer arguments (e.g. ``{depth: 6, patch_size: 8}``).
         drop_path_rate: stochastic depth at the last block (linear over depth).
         head_dropout: dropout before the classification head (0.5 in the fine-tuning recipe).
@@ -238,10 +238,9 @@ class VideoClassifier(L.LightningModule):
         return loss
 
     def on_train_epoch_end(self) -> None:
-        for name, module in self.net.attention_modules().items():
-            alpha = getattr(module, "neg_scalers", None)
-            if alpha is not None:
-                self.log(f"alpha/{name}", alpha.detach().mean())
+        # The negative branch's weight of each attention module that has one (DnA's alpha, mean over heads).
+        for name, weight in negative_branch_weights(self.net).items():
+            self.log(f"alpha/{name}", weight.detach().float().mean())
 
     # -- evaluating the views of each video ------------------------------------------------
     def view_logits(self, views: Tensor) -> Tensor:

@@ -18,7 +18,7 @@ from .checkpoints import CheckpointError
 from .module import VideoClassifier
 from .probe import ProbeClassifier
 
-__all__ = ["ProbeClassifierModule", "main"]
+__all__ = ["ProbeClassifierModule"]
 
 
 class ProbeClassifierModule(VideoClassifier):
@@ -110,11 +110,3 @@ class ProbeClassifierModule(VideoClassifier):
         """One optimiser group: the probes, interaction modules, final norm and head (the
         frozen backbone is left out)."""
         return [{"params": [p for p in self.parameters() if p.requires_grad], "name": "probe", "lr_mult": 1.0}]
-
-
-def main(args: list[str] | None = None, run: bool = True):
-    """The dna-video LightningCLI (links, checkpoints, run defaults, ``--test_after_fit``)
-    around :class:`ProbeClassifierModule`."""
-    from . import cli
-
-    return cli.main(args, run, model_class=ProbeClassifierModule)

@@ -29,9 +29,9 @@ from timm.layers import DropPath, resample_abs_pos_embed, trunc_normal_
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from .attention import Attention, build_attention
-from .attention_variants import kwargs_by_kind
 from .mlp import Mlp
+from .models.attention import Attention, build_attention, kwargs_by_kind
+from .models.init import init_module
 
 __all__ = [
     "TimeSformer",
@@ -174,8 +174,9 @@ class TimeSformer(nn.Module):
         num_heads: attention heads per block.
         mlp_ratio: MLP hidden width / D.
         qkv_bias: bias on the attention projections.
-        attention: attention kind of both paths (``softmax``, ``dna``, ``dna_shared_v``,
-            ``diff``, ``cog``) unless ``temporal_attention`` / ``spatial_attention`` say otherwise.
+        attention: attention kind of both paths (a registered kind,
+            :func:`~dna_video.models.attention.attention_kinds`) unless ``temporal_attention`` /
+            ``spatial_attention`` say otherwise.
         attention_kwargs: extra arguments of the attention kinds in use (e.g.
             ``{alpha_init: 0.5}``); each kind gets the ones its constructor takes.
         temporal_attention: attention kind of the temporal path (None: ``attention``).
@@ -327,18 +328,6 @@ class TimeSformer(nn.Module):
     def attention_modules(self) -> dict[str, Attention]:
         """Every attention module by its parameter-name prefix, e.g. ``blocks.3.temporal_attn``."""
         return {name: m for name, m in self.named_modules() if isinstance(m, Attention)}
-
-
-def init_module(m: nn.Module) -> None:
-    """The official initialisation of one module: a Linear trunc-normal(std 0.02) with zero
-    bias, a LayerNorm (1, 0); other modules untouched. For ``Module.apply`` too."""
-    if isinstance(m, nn.Linear):
-        trunc_normal_(m.weight, std=0.02)
-        if m.bias is not None:
-            nn.init.zeros_(m.bias)
-    elif isinstance(m, nn.LayerNorm):
-        nn.init.ones_(m.weight)
-        nn.init.zeros_(m.bias)
 
 
 def timesformer(arch: str = "base", **kwargs: Any) -> TimeSformer:

@@ -8,52 +8,47 @@
   ``attn_mask`` / ``is_causal`` keywords, which our interface does not take (masks are refused
   here). The block passes its 1-based index to the attention (``diff``'s lambda_init, ``cog``'s
   softmax ends).
-* Registered timm names: ``vit_{tiny,small,base}_patch16_224_{dna,dna_shared_v,diff,cog}``
-  (e.g. ``timm.create_model("vit_base_patch16_224_dna", num_classes=1000)`` after importing
-  this module), so timm's own training script can build them. No pretrained weights are
+* Registered timm names: ``vit_{tiny,small,base}_patch16_224_KIND`` for every attention kind
+  that asks for them (``AttentionKind.timm``; softmax is timm's own ``vit_*``), kinds
+  registered after this module included (e.g. ``timm.create_model("vit_base_patch16_224_dna",
+  num_classes=1000)`` after importing this module), so timm's own training script can build them. No pretrained weights are
   registered: import ViT or DnA-ViT weights with :func:`load_image_checkpoint`.
-* :func:`load_image_checkpoint` reads timm ViT, DnA-ViT (separate ``q_neg``/``v_neg`` or fused
-  ``qqkvv``) and this package's checkpoints through :mod:`dna_video.checkpoints` (the same
-  conversion as the video model: positions resampled, head dropped for another class count,
-  DnA's negative branch by policy, a report of every tensor).
+* Weights: :func:`dna_video.checkpoints.load_image_checkpoint` reads timm ViT, DnA-ViT
+  (separate ``q_neg``/``v_neg`` or fused ``qqkvv``) and this package's checkpoints into a
+  model built here (the network knows nothing of checkpoint files).
 
 Parameter names are timm's, so a DnA-ViT built here has the reference's names.
 """
 
 from __future__ import annotations
 
-import logging
 import sys
 from functools import partial
-from pathlib import Path
 from typing import Any
 
-import torch
 from timm.models import VisionTransformer, build_model_with_cfg, register_model
 from timm.models.vision_transformer import Block
 from torch import Tensor
 
-from .attention import Attention, build_attention
-from .attention_variants import kwargs_by_kind
+from .models.attention import Attention, AttentionKind, build_attention, kwargs_by_kind, on_register
 
-log = logging.getLogger(__name__)
-
-__all__ = ["AttentionBlock", "vision_transformer", "load_image_checkpoint", "VIT_PRESETS", "IMAGE_ATTENTIONS"]
+__all__ = ["AttentionBlock", "vision_transformer", "VIT_PRESETS", "IMAGE_ATTENTIONS"]
 
 VIT_PRESETS: dict[str, dict[str, Any]] = {
     "vit_tiny_patch16_224": dict(patch_size=16, embed_dim=192, depth=12, num_heads=3),
     "vit_small_patch16_224": dict(patch_size=16, embed_dim=384, depth=12, num_heads=6),
     "vit_base_patch16_224": dict(patch_size=16, embed_dim=768, depth=12, num_heads=12),
 }
-# Kinds registered as timm model names (softmax is timm's own ``vit_*``).
-IMAGE_ATTENTIONS = ("dna", "dna_shared_v", "diff", "cog")
+# Kinds registered as timm model names so far (softmax is timm's own ``vit_*``); grows as
+# kinds are registered.
+IMAGE_ATTENTIONS: list[str] = []
 
 
 class AttentionBlock(Block):
     """timm's pre-norm ViT block with one of our attention kinds as ``attn``.
 
     Args (besides timm ``Block``'s, which ``VisionTransformer`` passes):
-        attention: attention kind (a key of :data:`dna_video.attention.ATTENTIONS`).
+        attention: attention kind (a registered name).
         attention_kwargs: its extra arguments.
         num_layers: number of blocks of the model (for kinds that depend on depth).
         depth: this block's 0-based index (given by ``VisionTransformer``).
@@ -116,7 +111,7 @@ def _entrypoint(name: str, arch: str, attention: str):
         if pretrained:
             raise ValueError(
                 f"{name}: no pretrained weights are registered; build it with pretrained=False and import "
-                "weights with dna_video.vit.load_image_checkpoint (timm ViT or DnA-ViT checkpoints)"
+                "weights with dna_video.checkpoints.load_image_checkpoint (timm ViT or DnA-ViT checkpoints)"
             )
         attention_kwargs = kwargs.pop("attention_kwargs", None)
         per_kind = kwargs_by_kind([attention], attention_kwargs)[attention]
@@ -133,71 +128,21 @@ def _entrypoint(name: str, arch: str, attention: str):
     return create
 
 
-def _register_all() -> None:
+def _register_timm_names(kind: AttentionKind) -> None:
+    if not kind.timm or kind.name in IMAGE_ATTENTIONS:
+        return
     module = sys.modules[__name__]
     for arch in VIT_PRESETS:
-        for attention in IMAGE_ATTENTIONS:
-            name = f"{arch}_{attention}"
-            default_cfgs[name] = {
-                "url": "", "num_classes": 1000, "input_size": (3, 224, 224), "crop_pct": 0.875,
-                "interpolation": "bicubic", "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225),
-                "first_conv": "patch_embed.proj", "classifier": "head",
-            }
-            fn = _entrypoint(name, arch, attention)
-            setattr(module, name, fn)
-            register_model(fn)
+        name = f"{arch}_{kind.name}"
+        default_cfgs[name] = {
+            "url": "", "num_classes": 1000, "input_size": (3, 224, 224), "crop_pct": 0.875,
+            "interpolation": "bicubic", "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225),
+            "first_conv": "patch_embed.proj", "classifier": "head",
+        }
+        fn = _entrypoint(name, arch, kind.name)
+        setattr(module, name, fn)
+        register_model(fn)
+    IMAGE_ATTENTIONS.append(kind.name)
 
 
-_register_all()
-
-
-# -- checkpoints ----------------------------------------------------------------------------
-@torch.no_grad()
-def load_image_checkpoint(
-    model: VisionTransformer,
-    source: str | Path | dict[str, Tensor],
-    *,
-    strict: bool = False,
-    dna_init: str = "random",
-    dna_init_eps: float = 1e-4,
-    negate_v_neg: bool = False,
-    pos_interpolation: str = "bicubic",
-    log_report: bool = True,
-):
-    """Import an image checkpoint (timm ViT, DnA-ViT with separate or fused ``qqkvv``
-    projections, an image model of this package) into ``model`` in place through
-    :func:`dna_video.checkpoints.convert_checkpoint`: ``pos_embed`` resampled to the model's
-    grid (a zero cls entry added when the checkpoint has none), the head dropped when the
-    class count differs, attention extras the checkpoint lacks initialised as the report says
-    (DnA's Q-/V- by ``dna_init``). Returns the :class:`~dna_video.checkpoints.LoadReport`."""
-    from .checkpoints import CheckpointError, ImportOptions, TargetModel, convert_checkpoint, read_official
-    from .checkpoints.loading import initialise_missing
-
-    checkpoint = read_official(source)
-    if checkpoint.layout not in ("vit", "dna_vit_fused"):
-        raise CheckpointError(
-            f"{checkpoint.raw.path}: a {checkpoint.layout} checkpoint; the image model takes image ViT "
-            "checkpoints (timm ViT, DnA-ViT)"
-        )
-    if model.cls_token is None or model.no_embed_class or model.num_reg_tokens:
-        raise CheckpointError("load_image_checkpoint: the model must have a class token with a position entry")
-    blocks = list(model.blocks)
-    attn = blocks[0].attn
-    kinds = sorted({type(b.attn).__name__ for b in blocks})
-    target = TargetModel(
-        shapes={k: tuple(v.shape) for k, v in model.state_dict().items()},
-        grid=tuple(model.patch_embed.grid_size), num_frames=1, embed_dim=model.embed_dim,
-        num_classes=model.num_classes, depth=len(blocks), num_heads=attn.num_heads,
-        attention=getattr(blocks[0], "attention", "softmax"),
-        description=f"VisionTransformer({'/'.join(kinds)}, embed_dim={model.embed_dim}, depth={len(blocks)}, "
-                    f"heads={attn.num_heads}, grid={tuple(model.patch_embed.grid_size)}, classes={model.num_classes})",
-    )
-    options = ImportOptions(dna_init, dna_init_eps, negate_v_neg, pos_interpolation)
-    state, report = convert_checkpoint(checkpoint, target, options)
-    if strict and report.problems():
-        raise CheckpointError(f"strict import of {report.source} failed:\n  " + "\n  ".join(report.problems()))
-    model.load_state_dict(state, strict=False)
-    initialise_missing(model, report)
-    if log_report:
-        log.info("%s", report.table())
-    return report
+on_register(_register_timm_names)

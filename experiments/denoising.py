@@ -37,7 +37,6 @@ import csv
 import json
 import math
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -172,17 +171,16 @@ def best_checkpoint(folder: Path) -> str:
 
 # -- measuring one run ------------------------------------------------------------------------
 def _alphas(net) -> dict[str, list[float]]:
-    """Per block, the negative branch's weight: DnA alpha (mean over heads) or diff's lambda."""
-    from dna_video.attention import DenoisingAttention
-    from dna_video.attention_variants import DifferentialAttention, SharedValueDnA
+    """Per block, the negative branch's weight (mean over heads): DnA's alpha, diff's lambda,
+    whatever the attention kind declares (``AttentionKind.negative``)."""
+    from dna_video.models.attention import kind_of
 
     out: dict[str, list[float]] = {"spatial": [], "temporal": []}
     for block in net.blocks:
         for path, module in (("spatial", block.attn), ("temporal", block.temporal_attn)):
-            if isinstance(module, (DenoisingAttention, SharedValueDnA)):
-                out[path].append(float(module.neg_scalers.detach().mean()))
-            elif isinstance(module, DifferentialAttention):
-                out[path].append(float(module.lambda_full().detach()))
+            kind = kind_of(module)
+            if kind is not None and kind.negative is not None:
+                out[path].append(float(kind.negative.weight_of(module).detach().float().mean()))
     return out
 
 

@@ -31,7 +31,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 import yaml
 
 from dna_video.callbacks.run_summary import read_summary

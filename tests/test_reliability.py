@@ -4,7 +4,6 @@ Processes that must die (divergence, SIGKILL, SIGTERM) run as real subprocesses 
 ``python cli.py``; the rest runs in-process.
 """
 
-import math
 import os
 import signal
 import subprocess

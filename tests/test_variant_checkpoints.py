@@ -70,9 +70,10 @@ def test_softmax_checkpoint_into_diff_reports_what_was_initialised():
     lambdas_before = model.blocks[1].attn.lambda_q1.detach().clone()
     report = load_pretrained(model, source.state_dict())
     initialised = reasons(report, Outcome.INITIALISED)
-    per_module = {"lambda_q1": Reason.DIFF_LAMBDA_INIT, "lambda_k1": Reason.DIFF_LAMBDA_INIT,
-                  "lambda_q2": Reason.DIFF_LAMBDA_INIT, "lambda_k2": Reason.DIFF_LAMBDA_INIT,
-                  "sub_norm.weight": Reason.DIFF_NORM_INIT}
+    # Reasons the kind declares (AttentionKind.extras), in its own words.
+    per_module = {"lambda_q1": Reason.OWN_INIT, "lambda_k1": Reason.OWN_INIT,
+                  "lambda_q2": Reason.OWN_INIT, "lambda_k2": Reason.OWN_INIT,
+                  "sub_norm.weight": Reason.OWN_INIT}
     expected = {f"blocks.{i}.{path}.{name}": why for i in range(2) for path in ("attn", "temporal_attn")
                 for name, why in per_module.items()}
     assert initialised == expected
@@ -83,6 +84,8 @@ def test_softmax_checkpoint_into_diff_reports_what_was_initialised():
     assert torch.equal(model.blocks[0].attn.sub_norm.weight, torch.ones(32))
     assert model.blocks[1].temporal_attn.lambda_init == pytest.approx(diff_lambda_init(2))
     assert "Differential Attention's lambda vector" in report.table()
+    assert report.initialised["blocks.1.attn.sub_norm.weight"] == "Differential Attention's per-head RMSNorm: ones, the model's own"
+    assert report.initialised["blocks.1.attn.lambda_k2"] == "Differential Attention's lambda vector: N(0, 0.1), the model's own"
 
 
 def test_per_path_model_takes_each_path_from_a_dna_checkpoint():

@@ -13,7 +13,8 @@ from test_checkpoints import TOL, dna_vit_logits, random_dna_vit_state, save
 from dna_video.attention import DenoisingAttention
 from dna_video.attention_variants import CogAttention, DifferentialAttention, diff_lambda_init
 from dna_video.data.images import SYNTHETIC_SHAPES
-from dna_video.vit import load_image_checkpoint, vision_transformer
+from dna_video.checkpoints import load_image_checkpoint
+from dna_video.vit import vision_transformer
 
 TINY = dict(img_size=32, patch_size=8, embed_dim=32, depth=3, num_heads=2, mlp_ratio=2.0, num_classes=5)
 

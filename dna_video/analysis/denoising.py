@@ -8,8 +8,8 @@
   distractors and on the background;
 * :func:`evaluate_masked`: one pass over a test loader: per-video probabilities and, per
   attention branch and block, the mean region shares of the cls token's spatial attention;
-* :func:`negative_branch_off`: a context in which DnA's alpha (``dna``, ``dna_shared_v``) or
-  Differential Attention's lambda (``diff``) is 0, for the causal test.
+* :func:`negative_branch_off`: a context in which the negative branch of every attention kind
+  that declares one (DnA's alpha, Differential Attention's lambda) is 0, for the causal test.
 
 Attention mass ignores alpha and the value norms: a branch can look at the distractors and
 still contribute little. That is why the experiment also switches branches off.
@@ -18,15 +18,14 @@ still contribute little. That is why the experiment also switches branches off.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import torch
 import torch.nn.functional as F
 from einops import rearrange, reduce
 from torch import Tensor, nn
 
-from ..attention import DenoisingAttention
-from ..attention_variants import DifferentialAttention, SharedValueDnA
+from ..models.attention import kind_of
 from .maps import BRANCH_NAMES, capture_maps
 
 __all__ = ["REGIONS", "patch_shares", "region_mass", "evaluate_masked", "negative_branch_off", "has_negative_branch"]
@@ -59,32 +58,22 @@ def region_mass(cls_map: Tensor, shares: Tensor) -> Tensor:
 
 def has_negative_branch(net: nn.Module) -> bool:
     """Whether some attention of ``net`` has a branch :func:`negative_branch_off` can switch off."""
-    return any(isinstance(m, (DenoisingAttention, SharedValueDnA, DifferentialAttention)) for m in net.modules())
+    return any(kind.negative is not None for kind in map(kind_of, net.modules()) if kind is not None)
 
 
 @contextmanager
 def negative_branch_off(net: nn.Module) -> Iterator[int]:
-    """Inside: every DnA alpha_h and every Differential Attention lambda is 0 (the negative
-    branch contributes nothing); restored on exit. Yields how many modules were changed."""
-    saved: list[tuple[nn.Module, Tensor]] = []
-    patched: list[nn.Module] = []
-    for module in net.modules():
-        if isinstance(module, (DenoisingAttention, SharedValueDnA)):
-            saved.append((module, module.neg_scalers.detach().clone()))
-            with torch.no_grad():
-                module.neg_scalers.zero_()
-        elif isinstance(module, DifferentialAttention):
-            zero = module.lambda_q1.new_zeros(())
-            module.lambda_full = lambda zero=zero: zero  # an instance attribute shadows the method
-            patched.append(module)
-    try:
-        yield len(saved) + len(patched)
-    finally:
-        with torch.no_grad():
-            for module, value in saved:
-                module.neg_scalers.copy_(value)
-        for module in patched:
-            del module.lambda_full
+    """Inside: the negative branch of every attention module whose kind has one contributes
+    nothing (its weight, e.g. DnA's alpha_h or Differential Attention's lambda, is 0);
+    restored on exit. Yields how many modules were changed."""
+    with ExitStack() as stack:
+        switched = 0
+        for module in net.modules():
+            kind = kind_of(module)
+            if kind is not None and kind.negative is not None:
+                stack.enter_context(kind.negative.off(module))
+                switched += 1
+        yield switched
 
 
 @torch.no_grad()

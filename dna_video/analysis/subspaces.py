@@ -26,7 +26,7 @@ import torch
 from scipy.linalg import subspace_angles
 from torch import Tensor
 
-from ..attention import DenoisingAttention
+from ..models.attention import Attention, kind_of
 from ..timesformer import TimeSformer
 
 __all__ = ["CONVENTION", "head_blocks", "pair_measures", "subspace_records", "intruder_dimensions",
@@ -55,14 +55,30 @@ def pair_measures(w_pos: np.ndarray, w_neg: np.ndarray) -> dict[str, Any]:
     }
 
 
-def _projections(module: DenoisingAttention) -> dict[str, Tensor]:
-    """The D x D weights of Q+, V+ (rows of ``qkv``), Q- and V-."""
+def _has_negative_pair(module: Attention) -> bool:
+    """Whether the module's kind has a negative query AND its own negative value (DnA)."""
+    kind = kind_of(module)
+    return bool(kind and kind.negative and kind.negative.query and kind.negative.value)
+
+
+def _projections(module: Attention) -> dict[str, Tensor]:
+    """The D x D weights of Q+, V+ (rows of ``qkv``), and Q-, V- where the kind has them."""
     q_pos, _, v_pos = module.qkv.weight.detach().chunk(3, dim=0)
-    return {"q_pos": q_pos, "v_pos": v_pos, "q_neg": module.q_neg.weight.detach(), "v_neg": module.v_neg.weight.detach()}
+    weights = {"q_pos": q_pos, "v_pos": v_pos}
+    if _has_negative_pair(module):
+        negative = kind_of(module).negative
+        weights["q_neg"] = getattr(module, negative.query).weight.detach()
+        weights["v_neg"] = getattr(module, negative.value).weight.detach()
+    return weights
 
 
-def _dna_modules(net: TimeSformer) -> dict[str, DenoisingAttention]:
-    return {name: m for name, m in net.attention_modules().items() if isinstance(m, DenoisingAttention)}
+def _alpha(module: Attention) -> list[float]:
+    return kind_of(module).negative.weight_of(module).detach().double().cpu().tolist()
+
+
+def _dna_modules(net: TimeSformer) -> dict[str, Attention]:
+    """The attention modules with a negative query/value pair (DnA kinds)."""
+    return {name: m for name, m in net.attention_modules().items() if _has_negative_pair(m)}
 
 
 def _where(name: str) -> tuple[int, str]:
@@ -78,7 +94,7 @@ def subspace_records(net: TimeSformer) -> list[dict[str, Any]]:
     for name, module in _dna_modules(net).items():
         layer, kind = _where(name)
         weights = _projections(module)
-        alpha = module.neg_scalers.detach().double().cpu().tolist()
+        alpha = _alpha(module)
         h = module.num_heads
         for pair in ("v", "q"):
             positive, negative = head_blocks(weights[f"{pair}_pos"], h), head_blocks(weights[f"{pair}_neg"], h)
@@ -119,9 +135,7 @@ def intruder_records(net: TimeSformer, reference: TimeSformer, k: int = 10, epsi
         ref = ref_modules.get(name)
         if ref is None:
             continue
-        ref_weights = _projections(ref) if isinstance(ref, DenoisingAttention) else dict(
-            zip(("q_pos", "v_pos"), ref.qkv.weight.detach().chunk(3, dim=0)[::2])
-        )
+        ref_weights = _projections(ref)
         for matrix, weight in _projections(module).items():
             if matrix in ref_weights:
                 records.append({

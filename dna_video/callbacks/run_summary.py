@@ -19,21 +19,16 @@ from typing import Any
 import lightning as L
 import torch
 
+from ..checkpoints.summary_file import SUMMARY_FILE, read_summary
+
 __all__ = ["RunSummary", "SUMMARY_FILE", "read_summary"]
 
-SUMMARY_FILE = "summary.json"
 _RATE_KEYS = ("clips_per_s", "samples_per_sec")
 
 
 def _number(value: Any) -> float | None:
     value = float(value.item() if isinstance(value, torch.Tensor) else value)
     return value if math.isfinite(value) else None
-
-
-def read_summary(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The summary of the run in ``run_dir`` ({} when it has none yet)."""
-    path = Path(run_dir) / SUMMARY_FILE
-    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 class RunSummary(L.Callback):

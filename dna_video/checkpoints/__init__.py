@@ -25,7 +25,7 @@ from .dna_init import DNA_INIT_POLICIES, init_negative_branch
 from .export import export_huggingface, export_reference
 from .io import CheckpointError, RawCheckpoint, read_checkpoint
 from .layouts import detect_layout, hf_config_to_kwargs, infer_geometry
-from .loading import initialise_missing, load_pretrained, read_official, timesformer_from_checkpoint
+from .loading import initialise_missing, load_image_checkpoint, load_pretrained, read_official, timesformer_from_checkpoint
 from .outcomes import Entry, Outcome, Reason, Step
 from .report import LoadReport
 
@@ -48,6 +48,7 @@ __all__ = [
     "infer_geometry",
     "init_negative_branch",
     "initialise_missing",
+    "load_image_checkpoint",
     "load_pretrained",
     "read_checkpoint",
     "read_official",

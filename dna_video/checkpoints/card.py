@@ -13,10 +13,10 @@ from typing import Any
 
 import yaml
 
-from ..callbacks.run_summary import read_summary
 from ..flops import view_cost
 from .io import CheckpointError, load_torch_file
 from .loading import timesformer_from_checkpoint
+from .summary_file import read_summary
 
 __all__ = ["model_card"]
 

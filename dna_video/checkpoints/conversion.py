@@ -37,7 +37,6 @@ from ..timesformer import TimeSformer, resample_pos_embed, resample_time_embed
 from .dna_init import DNA_INIT_POLICIES
 from .io import CheckpointError, RawCheckpoint
 from .layouts import (
-    ATTENTION_EXTRAS,
     SUBTRACTED_BRANCH,
     UNSUPPORTED,
     ZERO_AT_START,
@@ -273,8 +272,7 @@ def _drop_head_of_other_classes(state: dict[str, Tensor], target: TargetModel) -
 def _unused_step(key: str, target: TargetModel) -> Step:
     extra = attention_extra(key)
     if extra is not None:
-        part = ATTENTION_EXTRAS[extra[1]][0]
-        return Step(Reason.OTHER_ATTENTION, {"part": part, "attention": target.attention})
+        return Step(Reason.OTHER_ATTENTION, {"part": extra[2].part, "attention": target.attention})
     return Step(Reason.NOT_IN_MODEL)
 
 
@@ -287,18 +285,20 @@ def _start_step(key: str, head_dropped: Step | None, options: ImportOptions) -> 
     extra = attention_extra(key)
     if extra is None:
         return Step(Reason.MODEL_INIT)
-    reason = ATTENTION_EXTRAS[extra[1]][1]
-    if reason is Reason.DNA_INIT:
+    declared = extra[2]
+    if declared.init == "dna_init":
         scaled = options.dna_init == "scaled_copy"
         fields = {"policy": options.dna_init, "eps": options.dna_init_eps, "module": extra[0]}
         return Step(Reason.DNA_INIT_SCALED if scaled else Reason.DNA_INIT, fields)
-    return Step(reason)
+    if declared.init == "alpha_init":
+        return Step(Reason.ALPHA_INIT)
+    return Step(Reason.OWN_INIT, {"how": declared.how})
 
 
-def _extra_of(key: str, module: str) -> Reason | None:
-    """How ``key`` starts when missing, if it is an attention extra of ``module``."""
+def _set_by_dna_init(key: str, module: str) -> bool:
+    """Whether ``key`` is a parameter of ``module`` that a DnA init policy sets (Q-, V-)."""
     extra = attention_extra(key)
-    return ATTENTION_EXTRAS[extra[1]][1] if extra is not None and extra[0] == module else None
+    return extra is not None and extra[0] == module and extra[2].init == "dna_init"
 
 
 def _refuse_partial_negative_branch(entries: list[Entry], state: dict[str, Tensor], path: str) -> None:
@@ -309,7 +309,7 @@ def _refuse_partial_negative_branch(entries: list[Entry], state: dict[str, Tenso
         if e.outcome is Outcome.INITIALISED and e.reasons & NEGATIVE_BRANCH_INIT:
             policy_set[e.steps[0].fields["module"]].append(e.key)
     for module, missing in policy_set.items():
-        present = [k for k in state if _extra_of(k, module) is Reason.DNA_INIT]
+        present = [k for k in state if _set_by_dna_init(k, module)]
         if present:
             raise CheckpointError(
                 f"{path}: {module} has only part of its negative branch: {present} in the checkpoint, "

@@ -17,6 +17,7 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
+from ..models.attention import attention_kind, attention_kinds
 from ..timesformer import TimeSformer
 from .conversion import TargetModel
 from .io import CheckpointError
@@ -24,8 +25,12 @@ from .layouts import hf_config_from_model, official_to_hf, official_to_reference
 
 __all__ = ["export_huggingface", "export_reference"]
 
-# Attention kinds the reference TimeSformer has: the official one and the DnA fork's.
-REFERENCE_ATTENTIONS = ("softmax", "dna")
+
+
+def reference_attentions() -> list[str]:
+    """Attention kinds the reference TimeSformer has (the official one and the DnA fork's), as
+    the registry declares them (``AttentionKind.in_reference``)."""
+    return [name for name in attention_kinds() if attention_kind(name).in_reference]
 
 
 def export_huggingface(model: TimeSformer, folder: str | Path, class_names: Sequence[str] | None = None) -> Path:
@@ -67,9 +72,9 @@ def export_reference(model: TimeSformer, path: str | Path, epoch: int = 0) -> Pa
     """Write ``model`` (softmax or DnA) to ``path`` as the reference TimeSformer's checkpoint
     file: ``{"model_state": {"model.<official name>": tensor}, "epoch": epoch, "cfg": YAML}``.
     Returns the path."""
-    if model.attention not in REFERENCE_ATTENTIONS:
+    if model.attention not in reference_attentions():
         raise CheckpointError(
-            f"the reference TimeSformer has {' and '.join(REFERENCE_ATTENTIONS)} attention, not {model.attention!r}"
+            f"the reference TimeSformer has {' and '.join(reference_attentions())} attention, not {model.attention!r}"
         )
     if model.num_classes == 0:
         raise CheckpointError("the model has no classification head (num_classes=0); the reference loads a head")

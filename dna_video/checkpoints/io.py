@@ -22,6 +22,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from .errors import CheckpointError
+from .sources import resolve_source
+
 log = logging.getLogger(__name__)
 
 __all__ = ["CheckpointError", "RawCheckpoint", "read_checkpoint", "unwrap_state_dict"]
@@ -37,10 +40,6 @@ HF_WEIGHT_FILES = (
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
 )
-
-
-class CheckpointError(ValueError):
-    """A file that is not a usable checkpoint, or one that does not fit the model."""
 
 
 @dataclass
@@ -179,8 +178,6 @@ def read_checkpoint(path: str | Path, weights_only: bool | None = None) -> RawCh
         FileNotFoundError: nothing at ``path``.
         CheckpointError: the file is not a checkpoint, or holds no state dict.
     """
-    from .sources import resolve_source  # sources uses this module's error type
-
     path = resolve_source(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint not found: {path}")

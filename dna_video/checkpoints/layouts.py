@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from ..timesformer import PRESETS, TimeSformer
+from ..models.attention import CheckpointExtra, attention_kind, attention_kinds
 from .io import CheckpointError
 from .outcomes import Reason, Step
 
@@ -214,35 +215,30 @@ TEMPORAL_FROM_SPATIAL = {".temporal_attn.": (".attn.", "attention"), ".temporal_
 # the video model starts as the image model: the temporal path's output layer, time_embed.
 ZERO_AT_START = re.compile(r"^time_embed$|\.temporal_fc\.(weight|bias)$")
 
-# Parameters attention kinds add to softmax attention's ``qkv`` / ``proj``, by name: the part
-# of the method they belong to (reported when a model of another kind leaves them unused) and
-# how the model's tensor starts when the checkpoint has none. A new attention kind adds its
-# parameters here; which ones a model needs is read from its own state dict.
-ATTENTION_EXTRAS: dict[str, tuple[str, Reason]] = {
-    "q_neg": ("negative branch", Reason.DNA_INIT),
-    "v_neg": ("negative branch", Reason.DNA_INIT),
-    "neg_scalers": ("negative branch", Reason.ALPHA_INIT),
-    # Differential Attention (``diff``); its Q/K/V/proj are ``qkv`` / ``proj`` (no q/k/v bias).
-    "lambda_q1": ("differential lambda", Reason.DIFF_LAMBDA_INIT),
-    "lambda_k1": ("differential lambda", Reason.DIFF_LAMBDA_INIT),
-    "lambda_q2": ("differential lambda", Reason.DIFF_LAMBDA_INIT),
-    "lambda_k2": ("differential lambda", Reason.DIFF_LAMBDA_INIT),
-    "sub_norm": ("differential per-head norm", Reason.DIFF_NORM_INIT),
-}
+# Parameters attention kinds add to softmax attention's ``qkv`` / ``proj`` are declared by
+# each kind (``AttentionKind.extras`` in :mod:`dna_video.models.attention.registry`): the part
+# of the method they belong to and how the model's tensor starts when the checkpoint has none.
 _ATTENTION_PARAM = re.compile(r"\.(?:temporal_)?attn\.([^.]+)(?:\.(?:weight|bias))?$")
+
+
+def attention_extras() -> dict[str, CheckpointExtra]:
+    """Parameter name -> its declaration, over every registered attention kind."""
+    return {name: extra for kind in attention_kinds() for name, extra in attention_kind(kind).extras.items()}
+
 
 # Implementations that SUBTRACT the negative branch (the reference's ``vit/dna.py``, VisCoP)
 # hold V- with the opposite sign of ours (and of the reference's TimeSformer fork).
 SUBTRACTED_BRANCH = re.compile(r"\.v_neg\.(weight|bias)$")
 
 
-def attention_extra(key: str) -> tuple[str, str] | None:
-    """``(attention module, parameter name)`` when ``key`` is a parameter of
-    :data:`ATTENTION_EXTRAS`, e.g. ``("blocks.0.attn", "q_neg")``; else None."""
+def attention_extra(key: str) -> tuple[str, str, CheckpointExtra] | None:
+    """``(attention module, parameter name, its declaration)`` when ``key`` is a parameter an
+    attention kind adds to softmax attention, e.g. ``("blocks.0.attn", "q_neg", ...)``; else None."""
     m = _ATTENTION_PARAM.search(key)
-    if m is None or m.group(1) not in ATTENTION_EXTRAS:
+    extra = attention_extras().get(m.group(1)) if m is not None else None
+    if extra is None:
         return None
-    return key[: m.start(1) - 1], m.group(1)
+    return key[: m.start(1) - 1], m.group(1), extra
 
 
 def spatial_source(key: str) -> tuple[str, str] | None:
@@ -412,9 +408,7 @@ def infer_geometry(
         # With or without a cls entry: isqrt(s*s + 1) == isqrt(s*s) == s for every grid side s >= 1.
         side = math.isqrt(n)
         kwargs["img_size"] = side * patch
-    heads = _neg_scaler_heads(state)
-    if heads is None and "blocks.0.attn.lambda_q1" in state:  # diff: lambda vectors of width D / H
-        heads = dim // state["blocks.0.attn.lambda_q1"].shape[0]
+    heads = _stated_heads(state)
     if heads is None:
         heads = VIT_HEADS_BY_WIDTH.get(dim)
     if heads is not None:
@@ -432,16 +426,17 @@ def known_num_heads(
         return _hf_field(hf_config, "num_attention_heads")
     if (kwargs := _hparams_kwargs(hparams)) is not None:
         return int(kwargs["num_heads"])
-    return _neg_scaler_heads(state)
+    return _stated_heads(state)
 
 
 def _attention_kind(state: dict[str, Tensor], prefix: str) -> str:
-    """The attention kind of the module under ``prefix`` as far as its tensors tell (cog has
-    softmax's tensors: it reads as ``softmax``)."""
-    if prefix + "lambda_q1" in state:
-        return "diff"
-    if prefix + "q_neg.weight" in state:
-        return "dna" if prefix + "v_neg.weight" in state else "dna_shared_v"
+    """The attention kind of the module under ``prefix`` as far as its tensors tell: the first
+    registered kind whose extra parameters are exactly those present (cog has softmax's
+    tensors: it reads as ``softmax``)."""
+    present = {name for name in attention_extras() if prefix + name in state or f"{prefix}{name}.weight" in state}
+    for name in attention_kinds():
+        if set(attention_kind(name).extras) == present:
+            return name
     return "softmax"
 
 
@@ -450,7 +445,14 @@ def _depth(state: dict[str, Tensor]) -> int:
     return 1 + max((int(m.group(1)) for k in state if (m := _BLOCK_INDEX.match(k))), default=-1)
 
 
-def _neg_scaler_heads(state: dict[str, Tensor]) -> int | None:
-    """The head count of a DnA checkpoint, from its per-head ``neg_scalers`` (else None)."""
-    scalers = state.get("blocks.0.attn.neg_scalers")
-    return int(scalers.shape[0]) if scalers is not None else None
+def _stated_heads(state: dict[str, Tensor]) -> int | None:
+    """The head count where the first block's attention tensors state it (DnA's per-head
+    ``neg_scalers``, diff's lambda width), else None."""
+    proj = state.get("patch_embed.proj.weight")
+    dim = int(proj.shape[0]) if proj is not None else 0
+    for name in attention_kinds():
+        read = attention_kind(name).heads_from_state
+        heads = read(state, "blocks.0.attn.", dim) if read is not None else None
+        if heads is not None:
+            return heads
+    return None

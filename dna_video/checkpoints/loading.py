@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from ..timesformer import TimeSformer, init_module
+from ..models.init import init_module
+from ..timesformer import TimeSformer
 from .conversion import ImportOptions, OfficialCheckpoint, TargetModel, convert_checkpoint
 from .dna_init import init_negative_branch
 from .io import CheckpointError, RawCheckpoint, read_checkpoint, unwrap_state_dict
@@ -24,7 +25,10 @@ from .report import LoadReport
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LoadReport", "load_pretrained", "initialise_missing", "read_official", "timesformer_from_checkpoint"]
+__all__ = [
+    "LoadReport", "load_pretrained", "load_image_checkpoint", "initialise_missing", "read_official",
+    "timesformer_from_checkpoint",
+]
 
 
 def _as_raw(source: Any, weights_only: bool | None) -> RawCheckpoint:
@@ -156,3 +160,51 @@ def timesformer_from_checkpoint(
     model = TimeSformer(**kwargs)
     report = load_pretrained(model, official, **(load_kwargs or {}))
     return model, report
+
+
+@torch.no_grad()
+def load_image_checkpoint(
+    model: nn.Module,
+    source: str | Path | dict[str, Tensor],
+    *,
+    strict: bool = False,
+    dna_init: str = "random",
+    dna_init_eps: float = 1e-4,
+    negate_v_neg: bool = False,
+    pos_interpolation: str = "bicubic",
+    log_report: bool = True,
+):
+    """Import an image checkpoint (timm ViT, DnA-ViT with separate or fused ``qqkvv``
+    projections, an image model of this package) into ``model`` in place through
+    :func:`dna_video.checkpoints.convert_checkpoint`: ``pos_embed`` resampled to the model's
+    grid (a zero cls entry added when the checkpoint has none), the head dropped when the
+    class count differs, attention extras the checkpoint lacks initialised as the report says
+    (DnA's Q-/V- by ``dna_init``). Returns the :class:`~dna_video.checkpoints.LoadReport`."""
+    checkpoint = read_official(source)
+    if checkpoint.layout not in ("vit", "dna_vit_fused"):
+        raise CheckpointError(
+            f"{checkpoint.raw.path}: a {checkpoint.layout} checkpoint; the image model takes image ViT "
+            "checkpoints (timm ViT, DnA-ViT)"
+        )
+    if model.cls_token is None or model.no_embed_class or model.num_reg_tokens:
+        raise CheckpointError("load_image_checkpoint: the model must have a class token with a position entry")
+    blocks = list(model.blocks)
+    attn = blocks[0].attn
+    kinds = sorted({type(b.attn).__name__ for b in blocks})  # for the description only
+    target = TargetModel(
+        shapes={k: tuple(v.shape) for k, v in model.state_dict().items()},
+        grid=tuple(model.patch_embed.grid_size), num_frames=1, embed_dim=model.embed_dim,
+        num_classes=model.num_classes, depth=len(blocks), num_heads=attn.num_heads,
+        attention=getattr(blocks[0], "attention", "softmax"),
+        description=f"VisionTransformer({'/'.join(kinds)}, embed_dim={model.embed_dim}, depth={len(blocks)}, "
+                    f"heads={attn.num_heads}, grid={tuple(model.patch_embed.grid_size)}, classes={model.num_classes})",
+    )
+    options = ImportOptions(dna_init, dna_init_eps, negate_v_neg, pos_interpolation)
+    state, report = convert_checkpoint(checkpoint, target, options)
+    if strict and report.problems():
+        raise CheckpointError(f"strict import of {report.source} failed:\n  " + "\n  ".join(report.problems()))
+    model.load_state_dict(state, strict=False)
+    initialise_missing(model, report)
+    if log_report:
+        log.info("%s", report.table())
+    return report

@@ -40,8 +40,7 @@ class Reason(Enum):
     DNA_INIT = "dna_init={policy}"
     DNA_INIT_SCALED = "dna_init={policy} (eps {eps:g})"
     ALPHA_INIT = "alpha_init (the model's initial alpha)"
-    DIFF_LAMBDA_INIT = "Differential Attention's lambda vector: N(0, 0.1), the model's own"
-    DIFF_NORM_INIT = "Differential Attention's per-head RMSNorm: ones, the model's own"
+    OWN_INIT = "{how}"  # an attention kind's own parameter, in the kind's words
     MODEL_INIT = "not in the checkpoint: the model's own initialisation"
     # unused
     CLASSES_DIFFER = "classes differ: {checkpoint} in the checkpoint, {model} here"

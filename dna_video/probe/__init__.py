@@ -18,8 +18,8 @@ The backbone runs in eval mode without building a graph: only the probes, the in
 modules and the head train, and training memory holds no backbone activations.
 The module knows nothing of Lightning; :mod:`dna_video.probe_module` trains it, and
 ``python -m dna_video.probe {fit,validate,test,predict} --config configs/probe_quickstart.yaml``
-is its command line (``cli.py``'s options plus the probe's; ``--config NAME`` also finds the
-configs shipped with the package, as ``python -m dna_video``).
+is its command line (:mod:`dna_video.probe.__main__`: ``cli.py``'s options plus the probe's;
+``--config NAME`` also finds the configs shipped with the package, as ``python -m dna_video``).
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from einops import reduce, repeat
 from timm.layers import trunc_normal_
 from torch import Tensor, nn
 
-from .cross_attention import NEG_INIT_POLICIES, CrossAttention, build_cross_attention, init_from_self_attention
-from .mlp import Mlp
-from .timesformer import DividedSpaceTimeBlock, TimeSformer, init_module
+from ..mlp import Mlp
+from ..models.attention import NEG_INIT_POLICIES, CrossAttention, build_cross_attention, init_from_self_attention
+from ..models.init import init_module
+from ..timesformer import DividedSpaceTimeBlock, TimeSformer
 
 __all__ = ["ProbeInteraction", "ProbeClassifier", "resolve_layers"]
 
@@ -203,13 +204,3 @@ class ProbeClassifier(nn.Module):
         """Every cross-attention by its parameter-name prefix, e.g. ``interactions.0.attn``."""
         return {name: m for name, m in self.named_modules() if isinstance(m, CrossAttention)}
 
-
-if __name__ == "__main__":  # the command line; Lightning is imported only here
-    import sys
-
-    from dna_video.__main__ import resolve_config_names
-    from dna_video.cli import console_main
-    from dna_video.probe_module import ProbeClassifierModule
-
-    sys.argv[1:] = resolve_config_names(sys.argv[1:])
-    console_main(model_class=ProbeClassifierModule)

@@ -1,0 +1,42 @@
+"""Attention: one interface (:mod:`.base`), the one DnA core (:mod:`.core`), the kinds
+(:mod:`.kinds`), cross-attention for probes (:mod:`.cross`) and the registry that names them
+and says what each offers (:mod:`.registry`). Add a kind with :func:`register_attention`."""
+
+from .base import Attention, merge_heads, split_heads
+from .core import dna_attention, dna_attention_maps
+from .cross import NEG_INIT_POLICIES, CrossAttention, DenoisingCrossAttention, SoftmaxCrossAttention, init_from_self_attention
+from .kinds import (
+    CogAttention,
+    DenoisingAttention,
+    DifferentialAttention,
+    SharedValueDnA,
+    SoftmaxAttention,
+    diff_lambda_init,
+)
+from .negative_init import DNA_INIT_POLICIES, init_negative_branch, orthogonal_complement_like
+from .registry import (
+    ATTENTIONS,
+    DNA_EXTRAS,
+    AttentionKind,
+    CheckpointExtra,
+    NegativeBranch,
+    attention_kind,
+    attention_kinds,
+    build_attention,
+    build_cross_attention,
+    kind_of,
+    kwargs_by_kind,
+    negative_branch_weights,
+    on_register,
+    register_attention,
+)
+
+__all__ = [
+    "Attention", "split_heads", "merge_heads", "dna_attention", "dna_attention_maps",
+    "CrossAttention", "SoftmaxCrossAttention", "DenoisingCrossAttention", "NEG_INIT_POLICIES",
+    "init_from_self_attention", "SoftmaxAttention", "DenoisingAttention", "SharedValueDnA",
+    "DifferentialAttention", "CogAttention", "diff_lambda_init", "DNA_INIT_POLICIES",
+    "init_negative_branch", "orthogonal_complement_like", "ATTENTIONS", "DNA_EXTRAS", "AttentionKind",
+    "CheckpointExtra", "NegativeBranch", "attention_kind", "attention_kinds", "build_attention",
+    "build_cross_attention", "kind_of", "kwargs_by_kind", "negative_branch_weights", "on_register", "register_attention",
+]

@@ -1,0 +1,78 @@
+"""The DnA computation, once, for every module that uses it (self-attention, the shared-value
+ablation, cross-attention). Per head h, on (B, H, L, d) queries and (B, H, S, d) keys/values:
+
+    softmax(Q+_h K_h^T / sqrt d) V+_h  +  alpha_h * softmin(Q-_h K_h^T / sqrt d) V-_h
+
+with softmin(z) = softmax(-z) and K shared by both branches. The shared-value ablation is the
+same with V- = V+ and the branch subtracted (pass ``v_neg=v_pos`` and ``-alpha``).
+
+* :func:`dna_attention`: the training path. Fused ``scaled_dot_product_attention`` per branch
+  over the shared K (softmin as softmax of the NEGATED QUERY: a fused kernel may take the row
+  maximum before it applies the scale, so a negative scale would break it), or with
+  ``explicit`` both queries against K in one batched matmul.
+* :func:`dna_attention_maps`: the formula written out term by term, returning both maps: the
+  reference the fused path is tested against, and the maps the analysis reads.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import Tensor
+
+__all__ = ["dna_attention", "dna_attention_maps"]
+
+
+def dna_attention(
+    q_pos: Tensor,
+    q_neg: Tensor,
+    k: Tensor,
+    v_pos: Tensor,
+    v_neg: Tensor,
+    alpha: Tensor,
+    *,
+    scale: float,
+    dropout_p: float = 0.0,
+    explicit: bool = False,
+) -> Tensor:
+    """The DnA output per head, (B, H, L, d). ``alpha``: (H,) per-head weights of the negative
+    branch; ``v_neg is v_pos`` (the shared-value ablation) multiplies V once."""
+    # In the compute dtype: under autocast a float32 alpha would promote the negative branch,
+    # and everything after it, to float32.
+    alpha = rearrange(alpha, "h -> h 1 1").to(q_pos.dtype)
+    neg_query = -q_neg
+    if explicit:
+        # (B, H, 2L, S) maps in one matmul; alpha on the map rather than the output: the
+        # product kept for backward is then map-sized, smaller than the queries at these lengths.
+        queries = torch.cat([q_pos, neg_query], dim=2)
+        maps = torch.softmax(queries @ (k.transpose(-2, -1) * scale), dim=-1)
+        a_pos, a_neg = F.dropout(maps, dropout_p).split(q_pos.shape[2], dim=2)
+        if v_neg is v_pos:
+            return (a_pos + alpha * a_neg) @ v_pos
+        return a_pos @ v_pos + (alpha * a_neg) @ v_neg
+    # Two calls sharing K rather than one over 2H heads: one call needs K repeated (a copy,
+    # and a reduction in backward) and measured slower on CPU at every TimeSformer shape.
+    # Both outputs come in the query's memory order, which the scale and sum keep.
+    out = F.scaled_dot_product_attention(q_pos, k, v_pos, dropout_p=dropout_p)
+    return out + alpha * F.scaled_dot_product_attention(neg_query, k, v_neg, dropout_p=dropout_p)
+
+
+def dna_attention_maps(
+    q_pos: Tensor,
+    q_neg: Tensor,
+    k: Tensor,
+    v_pos: Tensor,
+    v_neg: Tensor,
+    alpha: Tensor,
+    *,
+    scale: float,
+    dropout_p: float = 0.0,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The formula written out: (output (B, H, L, d), positive map, negative map), each map
+    (B, H, L, S) with rows summing to 1."""
+    positive = torch.softmax((q_pos @ k.transpose(-2, -1)) * scale, dim=-1)
+    negative = F.softmin((q_neg @ k.transpose(-2, -1)) * scale, dim=-1)
+    alpha = rearrange(alpha, "h -> 1 h 1 1")
+    out = F.dropout(positive, dropout_p) @ v_pos + alpha * (F.dropout(negative, dropout_p) @ v_neg)
+    return out, positive, negative

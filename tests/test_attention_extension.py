@@ -1,0 +1,192 @@
+"""A NEW attention kind, defined here outside the package and registered through the public
+API, works everywhere the built-in kinds do, with no edit of the package: fit + test through
+the command line from a YAML config, resume from last, import of its checkpoint, `analyze
+maps`, the denoising measures (negative-branch mass and switch-off), a timm ViT, and the
+benchmark's variant rows."""
+
+import csv
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+import yaml
+from test_cli import cli_args
+
+from dna_video.models.attention import (
+    DNA_EXTRAS,
+    AttentionKind,
+    DenoisingAttention,
+    NegativeBranch,
+    attention_kind,
+    attention_kinds,
+    kind_of,
+    register_attention,
+)
+
+
+class TanhDnA(DenoisingAttention):
+    """DnA whose balance is bounded: alpha_h = tanh(neg_scalers_h), in (-1, 1)."""
+
+    def alpha(self) -> torch.Tensor:
+        return torch.tanh(self.neg_scalers)
+
+
+KIND = register_attention(
+    AttentionKind("tanh_dna", TanhDnA, "DnA with a tanh-bounded alpha", extras=DNA_EXTRAS, negative=NegativeBranch()),
+    replace=True,
+)
+
+
+def randomise(module, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return module
+
+
+def test_the_kind_is_registered_and_computes_its_formula():
+    assert "tanh_dna" in attention_kinds() and attention_kind("tanh_dna") is KIND
+    module = randomise(TanhDnA(8, 2)).double()
+    assert kind_of(module) is KIND
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    # Written out: DnA with alpha = tanh(neg_scalers), per head.
+    q, k, v = module.qkv(x).split(8, dim=-1)
+    qn, vn = module.q_neg(x), module.v_neg(x)
+    heads = [slice(0, 4), slice(4, 8)]
+    out = []
+    for h, s in enumerate(heads):
+        scores_pos = q[..., s] @ k[..., s].transpose(-2, -1) / 2.0
+        scores_neg = qn[..., s] @ k[..., s].transpose(-2, -1) / 2.0
+        alpha = torch.tanh(module.neg_scalers[h])
+        out.append(torch.softmax(scores_pos, -1) @ v[..., s] + alpha * torch.softmax(-scores_neg, -1) @ vn[..., s])
+    expected = module.proj(torch.cat(out, dim=-1))
+    torch.testing.assert_close(module(x), expected)
+    torch.testing.assert_close(module.forward_with_maps(x)[0], expected)
+
+
+@pytest.fixture(scope="module")
+def trained(synthetic_root, tmp_path_factory):
+    """A tanh_dna TimeSformer fitted and tested through the command line from a YAML config."""
+    from dna_video.cli import main
+
+    logs = tmp_path_factory.mktemp("tanh_dna")
+    config = logs / "tanh_dna.yaml"
+    config.write_text(yaml.safe_dump({"model": {"attention": "tanh_dna"}}))
+    limits = ["--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1"]
+    cli = main(["fit", *cli_args(synthetic_root, logs, "--config", str(config), "--trainer.max_epochs=1", *limits)])
+    return cli, logs / "smoke" / "version_0", limits
+
+
+def test_fit_and_test_from_a_yaml_config(trained):
+    cli, run, _ = trained
+    blocks = cli.model.net.blocks
+    assert all(type(b.attn) is TanhDnA and type(b.temporal_attn) is TanhDnA for b in blocks)
+    assert yaml.safe_load((run / "config.yaml").read_text())["model"]["attention"] == "tanh_dna"
+    import json
+
+    metrics = json.loads((run / "test_metrics.json").read_text())
+    assert metrics["num_videos"] == 4 and 0.0 <= metrics["top1"] <= 1.0
+    with open(run / "metrics.csv") as f:
+        columns = set(next(csv.reader(f)))
+    assert "alpha/blocks.0.attn" in columns  # the kind's negative weight, logged per epoch
+
+
+def test_resume_from_last(trained, synthetic_root):
+    from dna_video.cli import main
+
+    _, run, limits = trained
+    logs = run.parents[1]
+    cli = main(["fit", *cli_args(synthetic_root, logs, "--config", str(logs / "tanh_dna.yaml"), "--trainer.max_epochs=2",
+                                 *limits, "--test_after_fit=false", "--ckpt_path=last")])
+    assert cli.trainer.current_epoch == 2
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["epoch"] == 1
+    assert type(cli.model.net.blocks[0].attn) is TanhDnA
+
+
+def test_its_checkpoint_imports_back(trained):
+    from dna_video.checkpoints import load_pretrained, timesformer_from_checkpoint
+
+    cli, run, _ = trained
+    last = run / "checkpoints" / "last.ckpt"
+    net, report = timesformer_from_checkpoint(last)
+    assert type(net.blocks[0].attn) is TanhDnA and not report.initialised and not report.unused
+    state = torch.load(last, weights_only=True)["state_dict"]
+    for key, value in net.state_dict().items():
+        torch.testing.assert_close(value, state[f"net.{key}"])
+    # A softmax checkpoint into the new kind: its extras start as the kind declares (DNA_EXTRAS).
+    from dna_video.timesformer import TimeSformer
+
+    geometry = dict(num_classes=5, num_frames=4, img_size=64, patch_size=8, embed_dim=32, depth=2, num_heads=2)
+    model = TimeSformer(**geometry, attention="tanh_dna")
+    report = load_pretrained(model, TimeSformer(**geometry, attention="softmax").state_dict(), dna_init="scaled_copy")
+    assert report.initialised["blocks.0.attn.q_neg.weight"] == "dna_init=scaled_copy (eps 0.0001)"
+    assert report.initialised["blocks.1.temporal_attn.neg_scalers"] == "alpha_init (the model's initial alpha)"
+
+
+def test_analyze_maps(trained, synthetic_root, tmp_path):
+    from dna_video.analyze import main
+
+    _, run, _ = trained
+    video = sorted(Path(synthetic_root).rglob("*.mp4"))[0]
+    assert main(["maps", str(run / "checkpoints" / "last.ckpt"), str(video), "--out", str(tmp_path)]) == 0
+    saved = torch.load(tmp_path / f"{video.stem}_layer1_maps.pt")
+    assert set(saved["spatial"]) == {"positive", "negative"}
+    torch.testing.assert_close(saved["temporal"]["negative"].sum(-1), torch.ones(4))
+
+
+def test_denoising_measures(trained):
+    from dna_video.analysis.denoising import evaluate_masked, has_negative_branch, negative_branch_off
+
+    net = randomise(trained[0].model.net).eval()
+    assert has_negative_branch(net)
+    video = torch.randn(2, 1, 3, 4, 64, 64)
+    masks = torch.zeros(2, 1, 2, 4, 64, 64, dtype=torch.uint8)
+    masks[:, :, 0, :, :8, :8] = 1  # actor: patch (0, 0)
+    masks[:, :, 1, :, 56:, 56:] = 1  # distractor: the last patch
+    batch = {"video": video, "masks": masks, "label": torch.tensor([0, 1])}
+    result = evaluate_masked(net, [batch])
+    assert set(result["mass"]) == {"positive", "negative"} and result["mass"]["negative"].shape == (2, 3)
+    torch.testing.assert_close(result["mass"]["negative"].sum(-1), torch.ones(2, dtype=torch.float64))
+    before = net(video[:, 0])
+    with negative_branch_off(net) as switched:
+        off = net(video[:, 0])
+        assert switched == 4  # 2 blocks x (spatial, temporal)
+        assert all(float(m.alpha().abs().sum()) == 0 for m in net.modules() if isinstance(m, TanhDnA))
+    # Independent: the same network with alpha = tanh(0) = 0 set through its parameters.
+    expected = randomise(trained[0].model.net.__class__(num_classes=5, num_frames=4, img_size=64, patch_size=8,
+                                                        embed_dim=32, depth=2, num_heads=2, attention="tanh_dna"))
+    expected.load_state_dict(net.state_dict())
+    with torch.no_grad():
+        for module in expected.modules():
+            if isinstance(module, TanhDnA):
+                module.neg_scalers.zero_()
+    torch.testing.assert_close(off, expected.eval()(video[:, 0]))
+    assert not torch.allclose(off, before)
+    torch.testing.assert_close(net(video[:, 0]), before)
+
+
+def test_a_timm_vit_with_it():
+    from dna_video.vit import vision_transformer
+
+    model = timm.create_model("vit_tiny_patch16_224_tanh_dna", num_classes=3, img_size=32, depth=2)
+    assert all(type(b.attn) is TanhDnA for b in model.blocks)
+    assert model(torch.randn(1, 3, 32, 32)).shape == (1, 3)
+    custom = vision_transformer("custom", attention="tanh_dna", img_size=16, patch_size=8, embed_dim=16, depth=1,
+                                num_heads=2, num_classes=2)
+    assert type(custom.blocks[0].attn) is TanhDnA
+
+
+def test_the_benchmark_variant_rows():
+    from benchmarks.model import Geometry
+    from benchmarks.variants import kinds, variant_rows
+
+    assert "tanh_dna" in kinds()
+    tiny = Geometry(32, 1, 2, 8, 32, 2, 1)
+    rows = variant_rows(("softmax", "tanh_dna"), tiny, tiny, rounds=1)
+    assert {r.ours for r in rows} == {"tanh_dna"} and {r.baseline for r in rows} == {"softmax"} and len(rows) == 3
+    params = next(r for r in rows if r.metric == "M params")
+    # Q-, V- (2 x (D^2 + D)) and alpha (H) per attention module, 2 modules per block.
+    assert (params.ours_value - params.baseline_value) * 1e6 == pytest.approx(2 * (2 * (32 * 32 + 32) + 2))
+    assert all(r.ours_value > 0 and r.baseline_value > 0 for r in rows)

@@ -1,0 +1,207 @@
+"""The package's imports point down: every module sits in one layer of :data:`LAYERS`, and imports
+only from its own layer or lower ones; no two modules import each other (directly or around a
+loop); the networks know nothing of Lightning.
+
+Read statically (``ast``), so every import counts: those inside functions, ``if`` blocks
+(``if __name__ == "__main__":`` and ``if TYPE_CHECKING:`` included) and ``try`` blocks too.
+A new module must be placed in the table (:func:`test_every_module_is_placed`).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE = "dna_video"
+
+# (layer name, module prefixes), lowest first. A prefix is a dotted module path and covers the
+# modules below it; the longest matching prefix wins. Names not yet in the package are where
+# modules of that kind go.
+LAYERS: list[tuple[str, list[str]]] = [
+    ("networks and data", [
+        "dna_video.attention", "dna_video.attention_variants", "dna_video.cross_attention", "dna_video.mlp",
+        "dna_video.timesformer", "dna_video.vit", "dna_video.probe", "dna_video.flops", "dna_video.data",
+        "dna_video.models",
+    ]),
+    ("checkpoints", ["dna_video.checkpoints"]),
+    # Tasks and analysis are one layer: either may import the other.
+    ("tasks and analysis", [
+        "dna_video.module", "dna_video.image_module", "dna_video.probe_module", "dna_video.metrics",
+        "dna_video.views", "dna_video.tasks", "dna_video.analysis",
+    ]),
+    ("command line", [
+        "dna_video.cli", "dna_video.image_cli", "dna_video.callbacks", "dna_video.runs", "dna_video.training",
+    ]),
+    ("tools", [
+        "dna_video.predict", "dna_video.analyze", "dna_video.prepare", "dna_video.tools", "dna_video.__main__",
+        # `python -m dna_video.checkpoints ...` and `python -m dna_video.probe ...`: user commands.
+        "dna_video.checkpoints.__main__", "dna_video.probe.__main__",
+    ]),
+]
+# Outside the layers, as importer and as target: the package root (it may re-export, lazily),
+# and the data packages (class lists and splits, example configs).
+EXEMPT = {"dna_video", "dna_video.resources", "dna_video.configs"}
+
+LIGHTNING = {"lightning", "pytorch_lightning"}
+# Layer 0 imports no Lightning, except these: DataModules are Lightning by definition.
+LIGHTNING_ALLOWED = {
+    "dna_video.data.datamodule",  # VideoDataModule, ProtocolDataModule
+    "dna_video.data.images",  # ImageFolderDataModule
+}
+
+ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    target: str  # a module of the package, or a top-level name outside it
+    file: str
+    line: int
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted name -> file, for every module of the package (a package by its __init__)."""
+    mods = {}
+    for f in sorted(ROOT.rglob("*.py")):
+        parts = list(f.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        mods[".".join(parts)] = f
+    return mods
+
+
+def _imports(mods: dict[str, Path]) -> list[Import]:
+    def known(name: str) -> str:
+        while name not in mods:  # `import dna_video.checkpoints.io.x`: the deepest module named
+            name = name.rpartition(".")[0]
+        return name
+
+    out = []
+    for module, f in mods.items():
+        package = module.split(".") if f.name == "__init__.py" else module.split(".")[:-1]
+        rel = f.relative_to(ROOT.parent).as_posix()
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = ".".join(package[: len(package) - node.level + 1] + ([node.module] if node.module else []))
+                else:
+                    base = node.module or ""
+                # `from pkg import name`: the module pkg.name when there is one, else pkg.
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            for name in names:
+                if name == PACKAGE or name.startswith(PACKAGE + "."):
+                    target = known(name)
+                else:
+                    target = name.partition(".")[0]
+                out.append(Import(module, target, rel, node.lineno))
+    return list(dict.fromkeys(out))  # `from pkg import a, b`: one import of pkg
+
+
+def _layer(module: str) -> int | None:
+    best, rank = "", None
+    for i, (_, prefixes) in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > len(best):
+                best, rank = p, i
+    return rank
+
+
+def _inside(module: str) -> bool:
+    return module == PACKAGE or module.startswith(PACKAGE + ".")
+
+
+def _is_ancestor(package: str, module: str) -> bool:
+    return module.startswith(package + ".")
+
+
+MODULES = _modules()
+IMPORTS = _imports(MODULES)
+
+
+def test_every_module_is_placed():
+    unplaced = [m for m in MODULES if m not in EXEMPT and _layer(m) is None]
+    assert not unplaced, "modules in no layer of LAYERS (place each in the table): " + ", ".join(unplaced)
+
+
+def test_imports_point_down():
+    bad = []
+    for imp in IMPORTS:
+        if not _inside(imp.target) or imp.importer in EXEMPT or imp.target in EXEMPT:
+            continue
+        low, high = _layer(imp.importer), _layer(imp.target)
+        if low is not None and high is not None and high > low:
+            bad.append(
+                f"{imp.importer} ({LAYERS[low][0]}) -> {imp.target} ({LAYERS[high][0]}) at {imp.file}:{imp.line}"
+            )
+    assert not bad, "imports up the layers:\n" + "\n".join(bad)
+
+
+def test_no_import_cycles():
+    # A submodule importing its own package (a sibling through the package's re-exports) is
+    # not a cycle: edges into an ancestor package are left out.
+    edges: dict[str, set[str]] = {m: set() for m in MODULES}
+    for imp in IMPORTS:
+        if _inside(imp.target) and imp.target != imp.importer and not _is_ancestor(imp.target, imp.importer):
+            edges[imp.importer].add(imp.target)
+    # Tarjan's strongly connected components, iteratively.
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+    for start in MODULES:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(edges[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                component = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.append(w)
+                    if w == v:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+
+    def where(component: list[str]) -> str:
+        inside = set(component)
+        return "; ".join(
+            f"{i.importer} -> {i.target} at {i.file}:{i.line}"
+            for i in IMPORTS if i.importer in inside and i.target in inside and i.target != i.importer
+            and not _is_ancestor(i.target, i.importer)
+        )
+
+    assert not cycles, "import cycles:\n" + "\n".join(f"{' <-> '.join(c)} ({where(c)})" for c in cycles)
+
+
+def test_networks_import_no_lightning():
+    bad = [
+        f"{i.importer} imports {i.target} at {i.file}:{i.line}"
+        for i in IMPORTS
+        if i.target in LIGHTNING and _layer(i.importer) == 0 and i.importer not in LIGHTNING_ALLOWED
+    ]
+    assert not bad, "Lightning in the networks (layer 0):\n" + "\n".join(bad)
