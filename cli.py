@@ -12,7 +12,7 @@ import os
 # 2 cores (README, Performance). Set OMP_WAIT_POLICY=ACTIVE to get the default back.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from dna_video.cli import console_main  # noqa: E402
+from dna_video.training.cli import console_main  # noqa: E402
 
 if __name__ == "__main__":
     console_main()

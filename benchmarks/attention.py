@@ -35,8 +35,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from dna_video.attention import Attention, DenoisingAttention, SoftmaxAttention
-from dna_video.mlp import Mlp
+from dna_video.models.attention import Attention, DenoisingAttention, SoftmaxAttention
+from dna_video.models.mlp import Mlp
 
 from .handwritten_dna import HandWrittenDnA
 from .harness import Row, interleaved, peak_memory, time_row

@@ -24,7 +24,7 @@ a user set, and reads the window with one ``get_batch``).
 
 Then the toolkit alone, end to end, on NTU RGB+D's format: 1920 x 1080 MPEG-4 AVI files
 (written by ``python -m benchmarks.decode_speed``, which times the decoding alone) against the same
-files after ``python -m dna_video.prepare --transcode`` (H.264 mp4, short side 320, a
+files after ``python -m dna_video.tools.prepare --transcode`` (H.264 mp4, short side 320, a
 keyframe every 16 frames).
 """
 

@@ -1,5 +1,5 @@
 """Decode time per clip: 1080p MPEG-4 AVI (NTU RGB+D's format) against the H.264 mp4 copies
-written by ``python -m dna_video.prepare --transcode``, measured side by side in one run.
+written by ``python -m dna_video.tools.prepare --transcode``, measured side by side in one run.
 
     python -m benchmarks.decode_speed                       # 4 files of 4 s, short sides 256, 320 and 540
     python -m benchmarks.decode_speed --files 8 --seconds 3 --repeats 20

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor
 
-from dna_video.attention import DenoisingAttention, split_heads
+from dna_video.models.attention import DenoisingAttention, split_heads
 
 __all__ = ["HandWrittenDnA"]
 
@@ -77,7 +77,7 @@ class _DnAProjection(torch.autograd.Function):
 
 
 class HandWrittenDnA(DenoisingAttention):
-    """:class:`~dna_video.attention.DenoisingAttention` (same parameters, same outputs) whose
+    """:class:`~dna_video.models.attention.DenoisingAttention` (same parameters, same outputs) whose
     training path projects through :class:`_DnAProjection` and folds alpha into V-."""
 
     def forward(self, x: Tensor) -> Tensor:

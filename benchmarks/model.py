@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dna_video.timesformer import TimeSformer
+from dna_video.models.timesformer import TimeSformer
 
 from .harness import Row, interleaved, peak_memory, rate_row, time_row
 

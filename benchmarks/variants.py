@@ -32,7 +32,7 @@ def kinds() -> tuple[str, ...]:
 
 
 def build(g: Geometry, attention: str):
-    from dna_video.timesformer import TimeSformer
+    from dna_video.models.timesformer import TimeSformer
 
     # Every block uses the kind, even in a 2-block model (cog keeps softmax at the ends otherwise).
     kwargs = dict(attention_kind(attention).all_blocks_kwargs) or None

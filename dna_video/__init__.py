@@ -1,25 +1,157 @@
-"""dna-video: Denoising Attention (DnA) video transformers with PyTorch Lightning."""
+"""dna-video: Denoising Attention (DnA) video transformers with PyTorch Lightning.
 
+The package by role: :mod:`.models` (attention kinds and their registry, TimeSformer, ViT,
+probe network), :mod:`.data` (datasets, DataModules, decoding, generators),
+:mod:`.checkpoints` (import, conversion, export), :mod:`.tasks` (the LightningModules),
+:mod:`.analysis` (maps, subspaces, reports, denoising measures), :mod:`.training` (the command
+line, callbacks, run folders) and :mod:`.tools` (predict, analyze, prepare, checkpoints).
+
+``import dna_video`` imports no torch: the names below load their module on first use
+(PEP 562), so the package's pure parts work where torch is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
 import os
+import sys
+import types
+import warnings
 
-# OpenMP threads that sleep when idle, unless the user chose (see cli.py: 3.5 instead of 13
-# clips/s on 2 shared cores with spinning threads). Read once, when torch loads: set here,
-# before the imports below, because `python -m dna_video` and the `dna-video` command import
-# this package first.
+# OpenMP threads that sleep when idle, unless the user chose (a training process on shared
+# cores loses most of its time to spinning threads; see benchmarks/README.md). Read once, when
+# torch loads: set here because `python -m dna_video` and the `dna-video` command import this
+# package first.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from .attention import ATTENTIONS, Attention, DenoisingAttention, SoftmaxAttention, build_attention
-from .timesformer import PRESETS, TimeSformer, timesformer
+__version__ = "0.2.0"
 
-__version__ = "0.1.0"
+# Public name -> the module that defines it.
+_EXPORTS = {
+    "ATTENTIONS": "dna_video.models.attention",
+    "Attention": "dna_video.models.attention",
+    "AttentionKind": "dna_video.models.attention",
+    "DenoisingAttention": "dna_video.models.attention",
+    "SoftmaxAttention": "dna_video.models.attention",
+    "build_attention": "dna_video.models.attention",
+    "register_attention": "dna_video.models.attention",
+    "PRESETS": "dna_video.models.timesformer",
+    "TimeSformer": "dna_video.models.timesformer",
+    "timesformer": "dna_video.models.timesformer",
+    "timesformer_from_checkpoint": "dna_video.checkpoints",
+}
 
-__all__ = [
-    "ATTENTIONS",
-    "Attention",
-    "DenoisingAttention",
-    "PRESETS",
-    "SoftmaxAttention",
-    "TimeSformer",
-    "build_attention",
-    "timesformer",
-]
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'dna_video' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+# -- 0.1 module paths, kept for one release -------------------------------------------------------
+# Old module -> (its new module, the module `python -m OLD` runs, whether importing warns).
+# dna_video.timesformer is a public name and stays without a warning.
+MOVED: dict[str, tuple[str, str | None, bool]] = {
+    "dna_video.attention": ("dna_video.models.attention", None, True),
+    "dna_video.attention_variants": ("dna_video.models.attention", None, True),
+    "dna_video.cross_attention": ("dna_video.models.attention", None, True),
+    "dna_video.mlp": ("dna_video.models.mlp", None, True),
+    "dna_video.timesformer": ("dna_video.models.timesformer", None, False),
+    "dna_video.vit": ("dna_video.models.vit", None, True),
+    "dna_video.probe": ("dna_video.models.probe", "dna_video.training.probe_cli", True),
+    "dna_video.flops": ("dna_video.models.flops", None, True),
+    "dna_video.metrics": ("dna_video.tasks.metrics", None, True),
+    "dna_video.views": ("dna_video.tasks.views", None, True),
+    "dna_video.module": ("dna_video.tasks.video", None, True),
+    "dna_video.image_module": ("dna_video.tasks.image", None, True),
+    "dna_video.probe_module": ("dna_video.tasks.probe", None, True),
+    "dna_video.cli": ("dna_video.training.cli", "dna_video.training.cli", True),
+    "dna_video.image_cli": ("dna_video.training.image_cli", "dna_video.training.image_cli", True),
+    "dna_video.runs": ("dna_video.training.runs", None, True),
+    "dna_video.callbacks": ("dna_video.training.callbacks", None, True),
+    "dna_video.predict": ("dna_video.tools.predict", "dna_video.tools.predict", True),
+    "dna_video.analyze": ("dna_video.tools.analyze", "dna_video.tools.analyze", True),
+    "dna_video.prepare": ("dna_video.tools.prepare", "dna_video.tools.prepare", True),
+    "dna_video.checkpoints.__main__": ("dna_video.tools.checkpoints", "dna_video.tools.checkpoints", True),
+    # One word per meaning: the checkpoint load report, the evaluation report, the run summary.
+    "dna_video.checkpoints.report": ("dna_video.checkpoints.load_report", None, True),
+    "dna_video.analysis.reports": ("dna_video.analysis.evaluation_report", None, True),
+    "dna_video.callbacks.test_report": ("dna_video.training.callbacks.evaluation_report", None, True),
+    "dna_video.callbacks.summary": ("dna_video.checkpoints.run_summary", None, True),
+}
+
+
+def _moved(name: str) -> tuple[str, str | None, bool] | None:
+    """The entry of ``name`` or of the moved package it lies in (``dna_video.callbacks.guard``)."""
+    if name in MOVED:
+        return MOVED[name]
+    parent, _, leaf = name.rpartition(".")
+    if parent in MOVED and parent != "dna_video.checkpoints.__main__":
+        new, _, warns = MOVED[parent]
+        return f"{new}.{leaf}", None, warns
+    return None
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds the 0.1 module paths: importing one returns its new module (the same module
+    object, so classes stay identical), with a DeprecationWarning naming it; ``python -m`` of
+    one runs its new command. First on ``sys.meta_path``: a submodule of a moved package
+    (``dna_video.callbacks.guard``) would otherwise be found again through the new package's
+    path and loaded a second time under its old name. It answers only for the names in
+    :data:`MOVED` and below them, none of which exists as a file any more."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not fullname.startswith("dna_video.") or _moved(fullname) is None:
+            return None
+        return importlib.util.spec_from_loader(fullname, self, is_package=False)
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module) -> None:
+        new, _, warns = _moved(module.__name__)
+        if warns:
+            warnings.warn(f"{module.__name__} moved to {new} in dna-video 0.2; the old path goes in 0.3",
+                          DeprecationWarning, stacklevel=2)
+        # The import system returns what sys.modules holds under the old name once this returns.
+        sys.modules[module.__name__] = importlib.import_module(new)
+
+    def get_code(self, fullname):
+        # `python -m OLD` (runpy reads the code and runs it as __main__).
+        new, main, _ = _moved(fullname)
+        target, shown = main or new, fullname.removesuffix(".__main__")
+        source = (
+            "import runpy, sys\n"
+            f"sys.stderr.write('note: python -m {shown} is now python -m {target} (the old path goes in 0.3)\\n')\n"
+            f"runpy.run_module({target!r}, run_name='__main__', alter_sys=True)\n"
+        )
+        return compile(source, f"<moved {fullname}>", "exec")
+
+    def is_package(self, fullname) -> bool:
+        return False
+
+
+if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
+    sys.meta_path.insert(0, _MovedModuleFinder())
+
+
+class _Package(types.ModuleType):
+    def __setattr__(self, name: str, value) -> None:
+        # Importing dna_video.timesformer binds the module to this attribute; `timesformer` is
+        # the builder function here, as in 0.1.
+        if name in _EXPORTS and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -160,7 +160,7 @@ def fit_command(cell: Cell, out: Path, quick: bool, extra: list[str]) -> list[st
 
 
 def best_checkpoint(folder: Path) -> str:
-    from dna_video.callbacks.run_summary import read_summary
+    from dna_video.training.callbacks.run_summary import read_summary
 
     summary = read_summary(folder)
     checkpoint = summary.get("test", {}).get("checkpoint")
@@ -191,7 +191,7 @@ def measure(folder: Path, clean_root: Path) -> dict:
 
     from dna_video.analysis.denoising import REGIONS, evaluate_masked, has_negative_branch, negative_branch_off
     from dna_video.analysis.inference import load_model
-    from dna_video.analysis.reports import evaluation_report
+    from dna_video.analysis.evaluation_report import evaluation_report
     from dna_video.data.distractors import SyntheticDistractors
 
     checkpoint = best_checkpoint(folder)
@@ -243,7 +243,7 @@ def run_cell(cell: Cell, out: Path, quick: bool, extra: list[str], threads: int)
     """Fit and measure ``cell``; None when done, else what failed."""
     folder = cell.folder(out)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    from dna_video.callbacks.run_summary import read_summary
+    from dna_video.training.callbacks.run_summary import read_summary
 
     started = time.time()
     if not read_summary(folder).get("test", {}).get("checkpoint"):

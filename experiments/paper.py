@@ -33,9 +33,9 @@ from pathlib import Path
 
 import yaml
 
-from dna_video.callbacks.run_summary import read_summary
+from dna_video.training.callbacks.run_summary import read_summary
 from dna_video.checkpoints import timesformer_from_checkpoint
-from dna_video.flops import view_cost
+from dna_video.models.flops import view_cost
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -184,7 +184,7 @@ def estimate(dataset: str, protocol_name: str, seeds: int, tflops: float, epochs
     ``tflops`` sustained (training = 3 forward passes: forward, and backward's two products)."""
     from dna_video.data.ntu import ntu_protocol
     from dna_video.data.smarthome import smarthome_protocol
-    from dna_video.timesformer import timesformer
+    from dna_video.models.timesformer import timesformer
 
     protocol = (smarthome_protocol if dataset == "toyota_smarthome" else ntu_protocol)(protocol_name)
     counts = dict(protocol.expected_videos)

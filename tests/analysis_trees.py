@@ -15,7 +15,7 @@ import torch
 
 from dna_video.data.listfile import VideoListDataModule
 from dna_video.data.video import write_video
-from dna_video.module import VideoClassifier
+from dna_video.tasks.video import VideoClassifier
 
 CLASSES = ["Dark", "Bright"]
 HEIGHT, WIDTH, FRAMES = 48, 64, 10

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from dna_video.attention import ATTENTIONS, DenoisingAttention, SoftmaxAttention, build_attention
+from dna_video.models.attention import ATTENTIONS, DenoisingAttention, SoftmaxAttention, build_attention
 
 
 def reference_dna(x, attn: DenoisingAttention):

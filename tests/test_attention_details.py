@@ -5,8 +5,8 @@ the formula tests in test_attention.py (dropout 0, default arguments) let throug
 import pytest
 import torch
 
-from dna_video.attention import DenoisingAttention, SoftmaxAttention, build_attention
-from dna_video.attention_variants import diff_lambda_init
+from dna_video.models.attention import DenoisingAttention, SoftmaxAttention, build_attention
+from dna_video.models.attention import diff_lambda_init
 
 
 @pytest.mark.parametrize("cls", [SoftmaxAttention, DenoisingAttention])

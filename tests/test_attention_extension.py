@@ -69,7 +69,7 @@ def test_the_kind_is_registered_and_computes_its_formula():
 @pytest.fixture(scope="module")
 def trained(synthetic_root, tmp_path_factory):
     """A tanh_dna TimeSformer fitted and tested through the command line from a YAML config."""
-    from dna_video.cli import main
+    from dna_video.training.cli import main
 
     logs = tmp_path_factory.mktemp("tanh_dna")
     config = logs / "tanh_dna.yaml"
@@ -94,7 +94,7 @@ def test_fit_and_test_from_a_yaml_config(trained):
 
 
 def test_resume_from_last(trained, synthetic_root):
-    from dna_video.cli import main
+    from dna_video.training.cli import main
 
     _, run, limits = trained
     logs = run.parents[1]
@@ -116,7 +116,7 @@ def test_its_checkpoint_imports_back(trained):
     for key, value in net.state_dict().items():
         torch.testing.assert_close(value, state[f"net.{key}"])
     # A softmax checkpoint into the new kind: its extras start as the kind declares (DNA_EXTRAS).
-    from dna_video.timesformer import TimeSformer
+    from dna_video.models.timesformer import TimeSformer
 
     geometry = dict(num_classes=5, num_frames=4, img_size=64, patch_size=8, embed_dim=32, depth=2, num_heads=2)
     model = TimeSformer(**geometry, attention="tanh_dna")
@@ -126,7 +126,7 @@ def test_its_checkpoint_imports_back(trained):
 
 
 def test_analyze_maps(trained, synthetic_root, tmp_path):
-    from dna_video.analyze import main
+    from dna_video.tools.analyze import main
 
     _, run, _ = trained
     video = sorted(Path(synthetic_root).rglob("*.mp4"))[0]
@@ -168,7 +168,7 @@ def test_denoising_measures(trained):
 
 
 def test_a_timm_vit_with_it():
-    from dna_video.vit import vision_transformer
+    from dna_video.models.vit import vision_transformer
 
     model = timm.create_model("vit_tiny_patch16_224_tanh_dna", num_classes=3, img_size=32, depth=2)
     assert all(type(b.attn) is TanhDnA for b in model.blocks)

@@ -5,7 +5,7 @@ tokens, the fused kernel otherwise."""
 import pytest
 import torch
 
-from dna_video.attention import ATTENTIONS, build_attention
+from dna_video.models.attention import ATTENTIONS, build_attention
 from test_attention import _grads, _saved_shapes, randomise, reference_dna, reference_mhsa
 
 

@@ -7,15 +7,15 @@ import math
 import pytest
 import torch
 
-from dna_video.attention import ATTENTIONS, SoftmaxAttention, build_attention
-from dna_video.attention_variants import (
+from dna_video.models.attention import ATTENTIONS, SoftmaxAttention, build_attention
+from dna_video.models.attention import (
     CogAttention,
     DifferentialAttention,
     SharedValueDnA,
     diff_lambda_init,
     kwargs_by_kind,
 )
-from dna_video.timesformer import timesformer
+from dna_video.models.timesformer import timesformer
 
 
 def softmax_rows(scores):

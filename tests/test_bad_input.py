@@ -21,11 +21,11 @@ from video_trees import (
     zero_length,
 )
 
-from dna_video.callbacks.failed_videos import FailedVideoMonitor
+from dna_video.training.callbacks.failed_videos import FailedVideoMonitor
 from dna_video.data import FrameSampler, VideoClipDataset, VideoListDataModule, VideoRecord, collate_videos
 from dna_video.data.transforms import EvalClipTransform, TrainClipTransform
 from dna_video.data.video import VideoDecodeError, read_frames, write_video
-from dna_video.module import VideoClassifier
+from dna_video.tasks.video import VideoClassifier
 
 BROKEN = ["zero_length", "truncated_mp4", "truncated_avi", "corrupt_header", "png_as_mp4", "text_as_avi"]
 

@@ -13,11 +13,11 @@ from lightning.pytorch.callbacks import ThroughputMonitor
 from lightning.pytorch.loggers import Logger
 from torch.utils.data import DataLoader, Dataset
 
-from dna_video.callbacks.failed_videos import FailedVideoMonitor
-from dna_video.callbacks.predictions import PREDICTION_COLUMNS, PredictionWriter, write_predictions_csv
-from dna_video.callbacks.throughput import DataWaitMonitor, videos_in_batch
-from dna_video.cli import main
-from dna_video.module import VideoClassifier
+from dna_video.training.callbacks.failed_videos import FailedVideoMonitor
+from dna_video.training.callbacks.predictions import PREDICTION_COLUMNS, PredictionWriter, write_predictions_csv
+from dna_video.training.callbacks.throughput import DataWaitMonitor, videos_in_batch
+from dna_video.training.cli import main
+from dna_video.tasks.video import VideoClassifier
 
 FETCH_S, STEP_S = 0.1, 0.4  # mocked seconds per batch fetched and per training step
 BATCH_SIZES = [4, 4, 4, 2]  # 14 clips
@@ -92,7 +92,7 @@ def test_clips_per_second_and_data_wait_under_a_mocked_clock(monkeypatch, tmp_pa
         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
         callbacks=[ThroughputMonitor(batch_size_fn=videos_in_batch, window_size=len(BATCH_SIZES)), DataWaitMonitor()],
     )
-    with caplog.at_level(logging.INFO, logger="dna_video.callbacks.throughput"):
+    with caplog.at_level(logging.INFO, logger="dna_video.training.callbacks.throughput"):
         trainer.fit(model, DataLoader(SlowBatches(clock), batch_size=None))
 
     # By hand. A loader of known length is read one batch at a time (no fetch ahead), so the

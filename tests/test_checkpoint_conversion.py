@@ -17,7 +17,7 @@ from dna_video.checkpoints import (
     read_official,
     timesformer_from_checkpoint,
 )
-from dna_video.checkpoints.__main__ import main as checkpoints_main
+from dna_video.tools.checkpoints import main as checkpoints_main
 
 
 def sentinel_head(model, value=7.0):

@@ -22,8 +22,8 @@ from dna_video.checkpoints import (
     read_checkpoint,
     timesformer_from_checkpoint,
 )
-from dna_video.checkpoints.__main__ import main as checkpoints_main
-from dna_video.timesformer import TimeSformer
+from dna_video.tools.checkpoints import main as checkpoints_main
+from dna_video.models.timesformer import TimeSformer
 
 GEOMETRY = dict(embed_dim=32, depth=2, num_heads=2, patch_size=8, mlp_ratio=2.0)
 TOL = dict(atol=1e-5, rtol=1e-5)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dna_video.cli import main
+from dna_video.training.cli import main
 from dna_video.data import VideoListDataModule
 from dna_video.data.listfile import CLASS_FOLDER_REASON
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 import yaml
 
-from dna_video.cli import main
+from dna_video.training.cli import main
 from dna_video.data.synthetic import SYNTHETIC_CLASSES
 
 K = len(SYNTHETIC_CLASSES)

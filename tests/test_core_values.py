@@ -13,10 +13,10 @@ import pytest
 import torch
 from einops import rearrange
 
-from dna_video.metrics import MeanClassAccuracy
-from dna_video.module import VideoClassifier
-from dna_video.views import aggregate_views
-from dna_video.timesformer import resample_pos_embed, timesformer
+from dna_video.tasks.metrics import MeanClassAccuracy
+from dna_video.tasks.video import VideoClassifier
+from dna_video.tasks.views import aggregate_views
+from dna_video.models.timesformer import resample_pos_embed, timesformer
 
 
 # -- mean class accuracy -------------------------------------------------------------------------

@@ -8,8 +8,8 @@ import pytest
 import torch
 from scipy.linalg import subspace_angles
 
-from dna_video.attention import DenoisingAttention, SoftmaxAttention
-from dna_video.cross_attention import (
+from dna_video.models.attention import DenoisingAttention, SoftmaxAttention
+from dna_video.models.attention import (
     DenoisingCrossAttention,
     SoftmaxCrossAttention,
     build_cross_attention,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dna_video.cli import main
-from dna_video.module import VideoClassifier
+from dna_video.training.cli import main
+from dna_video.tasks.video import VideoClassifier
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dna_video.cli import main
+from dna_video.training.cli import main
 from dna_video.data.synthetic import SYNTHETIC_CLASSES
 from run_helpers import tiny_run_args
 

@@ -13,7 +13,7 @@ from dna_video.data.sampling import FrameSampler
 from dna_video.data.synthetic import SYNTHETIC_CLASSES
 from dna_video.data.transforms import EvalClipTransform, TrainClipTransform
 from dna_video.data.video import write_video
-from dna_video.timesformer import TimeSformer
+from dna_video.models.timesformer import TimeSformer
 
 
 @pytest.mark.parametrize("level, k", [("none", 0), ("random", 3), ("confusing", 2)])

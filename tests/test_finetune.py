@@ -12,8 +12,8 @@ from test_cli import cli_args
 from dna_video.data.synthetic import SYNTHETIC_CLASSES
 from torch.utils.data import DataLoader
 
-from dna_video.cli import main
-from dna_video.module import VideoClassifier
+from dna_video.training.cli import main
+from dna_video.tasks.video import VideoClassifier
 
 TINY = dict(arch="tiny", net_kwargs={"embed_dim": 32, "num_heads": 2, "depth": 2}, drop_path_rate=0.0, head_dropout=0.0)
 

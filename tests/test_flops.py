@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dna_video.flops import view_cost
-from dna_video.timesformer import TimeSformer
+from dna_video.models.flops import view_cost
+from dna_video.models.timesformer import TimeSformer
 
 
 def hand_count(attention: str, D=16, depth=2, T=4, img=16, patch=8, classes=5, mlp_ratio=4) -> int:

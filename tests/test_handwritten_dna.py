@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from benchmarks.handwritten_dna import HandWrittenDnA
-from dna_video.attention import DenoisingAttention
+from dna_video.models.attention import DenoisingAttention
 
 
 @pytest.mark.parametrize("length", [6, 40], ids=["explicit", "fused_kernel"])

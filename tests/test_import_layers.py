@@ -19,25 +19,12 @@ PACKAGE = "dna_video"
 # modules below it; the longest matching prefix wins. Names not yet in the package are where
 # modules of that kind go.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("networks and data", [
-        "dna_video.attention", "dna_video.attention_variants", "dna_video.cross_attention", "dna_video.mlp",
-        "dna_video.timesformer", "dna_video.vit", "dna_video.probe", "dna_video.flops", "dna_video.data",
-        "dna_video.models",
-    ]),
+    ("networks and data", ["dna_video.models", "dna_video.data"]),
     ("checkpoints", ["dna_video.checkpoints"]),
     # Tasks and analysis are one layer: either may import the other.
-    ("tasks and analysis", [
-        "dna_video.module", "dna_video.image_module", "dna_video.probe_module", "dna_video.metrics",
-        "dna_video.views", "dna_video.tasks", "dna_video.analysis",
-    ]),
-    ("command line", [
-        "dna_video.cli", "dna_video.image_cli", "dna_video.callbacks", "dna_video.runs", "dna_video.training",
-    ]),
-    ("tools", [
-        "dna_video.predict", "dna_video.analyze", "dna_video.prepare", "dna_video.tools", "dna_video.__main__",
-        # `python -m dna_video.checkpoints ...` and `python -m dna_video.probe ...`: user commands.
-        "dna_video.checkpoints.__main__", "dna_video.probe.__main__",
-    ]),
+    ("tasks and analysis", ["dna_video.tasks", "dna_video.analysis"]),
+    ("command line", ["dna_video.training"]),
+    ("tools", ["dna_video.tools", "dna_video.__main__"]),
 ]
 # Outside the layers, as importer and as target: the package root (it may re-export, lazily),
 # and the data packages (class lists and splits, example configs).

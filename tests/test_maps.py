@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from dna_video.analysis import maps as attention_maps
-from dna_video.timesformer import TimeSformer
+from dna_video.models.timesformer import TimeSformer
 
 T, PATCH, SIDE = 3, 8, 32  # a 4 x 4 patch grid
 DIM, HEADS = 32, 2
@@ -144,7 +144,7 @@ def test_rollout_follows_the_pointed_patches_and_keeps_the_cls_row_stochastic():
 
 
 def test_analyze_maps_writes_figures_of_the_expected_size(tmp_path, tiny_checkpoint, new_videos):
-    from dna_video.analyze import main
+    from dna_video.tools.analyze import main
 
     ckpt, settings = tiny_checkpoint
     video = new_videos["bright"]

@@ -5,7 +5,7 @@ import pytest
 import timm.layers
 import torch
 
-from dna_video.mlp import Mlp
+from dna_video.models.mlp import Mlp
 
 
 def _pair(seed=0):

@@ -12,9 +12,9 @@ from torch.utils.data import DataLoader
 from torchmetrics.classification import MulticlassAccuracy
 
 from dna_video.data import ToyotaSmarthome
-from dna_video.metrics import MeanClassAccuracy
-from dna_video.module import VideoClassifier
-from dna_video.views import aggregate_views, mean_view_probs
+from dna_video.tasks.metrics import MeanClassAccuracy
+from dna_video.tasks.video import VideoClassifier
+from dna_video.tasks.views import aggregate_views, mean_view_probs
 
 
 def test_test_batches_hold_every_view_of_each_video_clip_major(smarthome_tree):

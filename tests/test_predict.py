@@ -1,4 +1,4 @@
-"""`python -m dna_video.predict` on generated videos with a model trained in the test, and the
+"""`python -m dna_video.tools.predict` on generated videos with a model trained in the test, and the
 test report (metrics JSON, predictions CSV, confusion PNG) written by `test`."""
 
 import csv
@@ -12,9 +12,9 @@ from PIL import Image
 
 from analysis_trees import CLASSES, datamodule
 from dna_video.analysis.inference import load_model
-from dna_video.callbacks.test_report import TestReportWriter
-from dna_video.module import VideoClassifier
-from dna_video.predict import collect_videos, main
+from dna_video.training.callbacks.evaluation_report import TestReportWriter
+from dna_video.tasks.video import VideoClassifier
+from dna_video.tools.predict import collect_videos, main
 
 
 def test_checkpoint_carries_class_names_and_evaluation_settings(tiny_checkpoint):

@@ -10,7 +10,7 @@ from video_trees import clip_frames, damaged_tail, truncated, write_avi, zero_le
 
 from dna_video.data import NTURGBD60
 from dna_video.data.video import probe_video
-from dna_video.prepare import main, scan, validate_file
+from dna_video.tools.prepare import main, scan, validate_file
 
 
 def test_scan_reports_each_protocol_against_the_full_dataset(smarthome_tree):
@@ -96,7 +96,7 @@ def test_transcode_in_parallel_resumes_and_the_copy_loads(ntu_tree, tmp_path):
 def test_a_file_that_hangs_or_crashes_the_decoder_is_named_and_the_run_goes_on(tmp_path, monkeypatch):
     import time
 
-    import dna_video.prepare as prepare
+    import dna_video.tools.prepare as prepare
 
     names = ["S001C001P001R001A001_rgb.avi", "S001C001P001R001A002_rgb.avi", "S001C001P001R001A003_rgb.avi",
              "S001C001P001R001A004_rgb.avi"]

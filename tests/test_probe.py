@@ -12,11 +12,11 @@ from torch.utils.data import DataLoader
 
 from dna_video.checkpoints import CheckpointError
 from dna_video.data.synthetic import SYNTHETIC_CLASSES
-from dna_video.module import VideoClassifier
-from dna_video.probe import ProbeClassifier, resolve_layers
-from dna_video.probe.__main__ import main
-from dna_video.probe_module import ProbeClassifierModule
-from dna_video.timesformer import TimeSformer
+from dna_video.tasks.video import VideoClassifier
+from dna_video.models.probe import ProbeClassifier, resolve_layers
+from dna_video.training.probe_cli import main
+from dna_video.tasks.probe import ProbeClassifierModule
+from dna_video.models.timesformer import TimeSformer
 
 BACKBONE = dict(arch="tiny", net_kwargs=GEOMETRY, drop_path_rate=0.0)  # width 32, depth 2, 2 heads
 

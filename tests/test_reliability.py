@@ -15,9 +15,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from dna_video.callbacks.guard import NonFiniteError, NonFiniteGuard
+from dna_video.training.callbacks.guard import NonFiniteError, NonFiniteGuard
 from run_helpers import tiny_run_args
-from dna_video.runs import AtomicCheckpointIO, Experiment, RestoreError, compare_hparams, find_latest_run, record_run
+from dna_video.training.runs import AtomicCheckpointIO, Experiment, RestoreError, compare_hparams, find_latest_run, record_run
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torchmetrics.classification import MulticlassCalibrationError
 
-from dna_video.analysis.reports import aurra, evaluation_report, rms_calibration_error
-from dna_video.views import mean_view_probs
+from dna_video.analysis.evaluation_report import aurra, evaluation_report, rms_calibration_error
+from dna_video.tasks.views import mean_view_probs
 
 
 def test_rms_calibration_error_by_hand():

@@ -5,7 +5,7 @@ import json
 
 import torch
 
-from dna_video.cli import main
+from dna_video.training.cli import main
 from test_cli import cli_args
 
 
@@ -31,10 +31,10 @@ def test_fit_and_test_write_a_summary_of_the_run(synthetic_root, tmp_path):
     assert summary["log_dir"] == str(run.resolve())
 
     # The model card of the best checkpoint states the run's own figures.
-    from dna_video.checkpoints.__main__ import main as checkpoints_main
+    from dna_video.tools.checkpoints import main as checkpoints_main
     from dna_video.data.synthetic import SYNTHETIC_CLASSES
-    from dna_video.flops import view_cost
-    from dna_video.module import VideoClassifier
+    from dna_video.models.flops import view_cost
+    from dna_video.tasks.video import VideoClassifier
 
     card_file = tmp_path / "MODEL_CARD.md"
     assert checkpoints_main(["card", fit["best_checkpoint"], "--out", str(card_file)]) == 0

@@ -6,8 +6,8 @@ import shutil
 import pytest
 import torch
 
-from dna_video.cli import main
-from dna_video.module import VideoClassifier
+from dna_video.training.cli import main
+from dna_video.tasks.video import VideoClassifier
 from test_cli import cli_args
 
 

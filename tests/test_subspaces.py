@@ -10,8 +10,8 @@ import torch
 from PIL import Image
 
 from dna_video.analysis.subspaces import intruder_dimensions, intruder_records, subspace_records
-from dna_video.attention import DenoisingAttention
-from dna_video.timesformer import TimeSformer
+from dna_video.models.attention import DenoisingAttention
+from dna_video.models.timesformer import TimeSformer
 
 DIM, HEADS = 16, 2
 D_HEAD = DIM // HEADS
@@ -116,7 +116,7 @@ def test_intruder_dimensions_of_a_known_case():
 
 
 def test_analyze_subspaces_writes_records_heat_map_and_reference_comparison(tmp_path, tiny_checkpoint):
-    from dna_video.analyze import main
+    from dna_video.tools.analyze import main
 
     ckpt, _ = tiny_checkpoint
     # The reference: the same checkpoint with alpha changed (a stand-in for the start of fine-tuning).

@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from dna_video.attention import DenoisingAttention, SoftmaxAttention
-from dna_video.timesformer import TimeSformer, timesformer
+from dna_video.models.attention import DenoisingAttention, SoftmaxAttention
+from dna_video.models.timesformer import TimeSformer, timesformer
 
 
 def tiny(**kwargs):

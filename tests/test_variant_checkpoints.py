@@ -6,7 +6,7 @@ import pytest
 import torch
 from test_checkpoints import TOL, clip, ours, randomise
 
-from dna_video.attention_variants import diff_lambda_init
+from dna_video.models.attention import diff_lambda_init
 from dna_video.checkpoints import Outcome, Reason, load_pretrained
 
 

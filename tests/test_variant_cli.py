@@ -3,9 +3,9 @@
 import yaml
 from test_cli import cli_args
 
-from dna_video.attention import DenoisingAttention, SoftmaxAttention
-from dna_video.attention_variants import CogAttention, DifferentialAttention, SharedValueDnA
-from dna_video.cli import main
+from dna_video.models.attention import DenoisingAttention, SoftmaxAttention
+from dna_video.models.attention import CogAttention, DifferentialAttention, SharedValueDnA
+from dna_video.training.cli import main
 
 
 def test_attention_per_path_from_yaml_and_command_line(synthetic_root, tmp_path):
@@ -36,7 +36,7 @@ def test_fit_with_a_variant_per_path_saves_and_restores_it(synthetic_root, tmp_p
     run = tmp_path / "smoke" / "version_0"
     saved = yaml.safe_load((run / "config.yaml").read_text())["model"]
     assert saved["temporal_attention"] == "softmax" and saved["spatial_attention"] == "diff"
-    from dna_video.module import VideoClassifier
+    from dna_video.tasks.video import VideoClassifier
 
     restored = VideoClassifier.load_from_checkpoint(run / "checkpoints" / "last.ckpt")
     assert isinstance(restored.net.blocks[0].attn, DifferentialAttention)

@@ -11,7 +11,7 @@ from dna_video.data.smarthome import parse_smarthome_name
 from dna_video.data.synthetic import SYNTHETIC_CLASSES, generate_synthetic_dataset, render_video
 from dna_video.data.transforms import EvalClipTransform, TrainClipTransform, spatial_crops
 from dna_video.data.video import VideoDecodeError, probe_video, read_frames, write_video
-from dna_video.metrics import MeanClassAccuracy
+from dna_video.tasks.metrics import MeanClassAccuracy
 
 # ---------------------------------------------------------------------------- sampling
 

@@ -10,11 +10,11 @@ import timm
 import torch
 from test_checkpoints import TOL, dna_vit_logits, random_dna_vit_state, save
 
-from dna_video.attention import DenoisingAttention
-from dna_video.attention_variants import CogAttention, DifferentialAttention, diff_lambda_init
+from dna_video.models.attention import DenoisingAttention
+from dna_video.models.attention import CogAttention, DifferentialAttention, diff_lambda_init
 from dna_video.data.images import SYNTHETIC_SHAPES
 from dna_video.checkpoints import load_image_checkpoint
-from dna_video.vit import vision_transformer
+from dna_video.models.vit import vision_transformer
 
 TINY = dict(img_size=32, patch_size=8, embed_dim=32, depth=3, num_heads=2, mlp_ratio=2.0, num_classes=5)
 
@@ -74,7 +74,7 @@ def test_timm_vit_checkpoint_into_dna_vit_reports_the_negative_branch(tmp_path):
 
 
 def test_image_fit_and_test_through_the_cli(tmp_path):
-    from dna_video.image_cli import main
+    from dna_video.training.image_cli import main
 
     root = tmp_path / "images"
     main(["fit", "--config", "configs/images_quick.yaml", f"--data.init_args.root={root}",

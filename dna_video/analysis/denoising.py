@@ -25,8 +25,8 @@ import torch.nn.functional as F
 from einops import rearrange, reduce
 from torch import Tensor, nn
 
-from ..models.attention import kind_of
-from .maps import BRANCH_NAMES, capture_maps
+from dna_video.models.attention import kind_of
+from dna_video.analysis.maps import BRANCH_NAMES, capture_maps
 
 __all__ = ["REGIONS", "patch_shares", "region_mass", "evaluate_masked", "negative_branch_off", "has_negative_branch"]
 

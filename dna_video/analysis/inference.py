@@ -28,13 +28,13 @@ import yaml
 from einops import rearrange
 from torch import Tensor
 
-from ..checkpoints import CheckpointError, timesformer_from_checkpoint
-from ..checkpoints.layouts import infer_geometry
-from ..data.datamodule import VideoDataModule
-from ..data.sampling import FrameSampler
-from ..data.transforms import EvalClipTransform
-from ..data.video import read_frames
-from ..timesformer import TimeSformer
+from dna_video.checkpoints import CheckpointError, timesformer_from_checkpoint
+from dna_video.checkpoints.layouts import infer_geometry
+from dna_video.data.datamodule import VideoDataModule
+from dna_video.data.sampling import FrameSampler
+from dna_video.data.transforms import EvalClipTransform
+from dna_video.data.video import read_frames
+from dna_video.models.timesformer import TimeSformer
 
 log = logging.getLogger(__name__)
 

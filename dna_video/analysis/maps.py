@@ -1,7 +1,7 @@
 """Attention maps of a TimeSformer: where the cls token looks in each frame, per branch.
 
 :func:`capture_maps` runs the network with the chosen attention modules on their written-out
-path (:meth:`~dna_video.attention.Attention.forward_with_maps`), which returns the same
+path (:meth:`~dna_video.models.attention.Attention.forward_with_maps`), which returns the same
 output as the fused path plus the maps; it keeps those maps. From them:
 
 * :func:`cls_maps`: the spatial attention of the cls token to the patches of each frame,
@@ -28,8 +28,8 @@ import torch
 from einops import rearrange, reduce
 from torch import Tensor
 
-from ..attention import Attention
-from ..timesformer import TimeSformer
+from dna_video.models.attention import Attention
+from dna_video.models.timesformer import TimeSformer
 
 __all__ = ["BRANCH_NAMES", "capture_maps", "cls_maps", "temporal_maps", "rollout", "attention_module_names"]
 

@@ -26,8 +26,8 @@ import torch
 from scipy.linalg import subspace_angles
 from torch import Tensor
 
-from ..models.attention import Attention, kind_of
-from ..timesformer import TimeSformer
+from dna_video.models.attention import Attention, kind_of
+from dna_video.models.timesformer import TimeSformer
 
 __all__ = ["CONVENTION", "head_blocks", "pair_measures", "subspace_records", "intruder_dimensions",
            "intruder_records", "compare_records"]

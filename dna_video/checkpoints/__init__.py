@@ -13,21 +13,21 @@ Supported sources (all into both the softmax and the DnA model):
 
 Where things are: :mod:`.io` reads files; :mod:`.layouts` holds the key maps, the
 architecture facts and the geometry; :mod:`.conversion` the pure conversion (checkpoint +
-target model -> state dict + report); :mod:`.outcomes` / :mod:`.report` the report as data;
+target model -> state dict + report); :mod:`.outcomes` / :mod:`.load_report` the report as data;
 :mod:`.loading` the import (conversion, ``load_state_dict``, initialisations the report calls
 for); :mod:`.dna_init` the negative-branch policies; :mod:`.export` the Hugging Face and
 reference TimeSformer exports. ``python -m dna_video.checkpoints --help`` inspects and exports
 from the command line.
 """
 
-from .conversion import ImportOptions, TargetModel, convert_checkpoint
-from .dna_init import DNA_INIT_POLICIES, init_negative_branch
-from .export import export_huggingface, export_reference
-from .io import CheckpointError, RawCheckpoint, read_checkpoint
-from .layouts import detect_layout, hf_config_to_kwargs, infer_geometry
-from .loading import initialise_missing, load_image_checkpoint, load_pretrained, read_official, timesformer_from_checkpoint
-from .outcomes import Entry, Outcome, Reason, Step
-from .report import LoadReport
+from dna_video.checkpoints.conversion import ImportOptions, TargetModel, convert_checkpoint
+from dna_video.checkpoints.dna_init import DNA_INIT_POLICIES, init_negative_branch
+from dna_video.checkpoints.export import export_huggingface, export_reference
+from dna_video.checkpoints.io import CheckpointError, RawCheckpoint, read_checkpoint
+from dna_video.checkpoints.layouts import detect_layout, hf_config_to_kwargs, infer_geometry
+from dna_video.checkpoints.loading import initialise_missing, load_image_checkpoint, load_pretrained, read_official, timesformer_from_checkpoint
+from dna_video.checkpoints.outcomes import Entry, Outcome, Reason, Step
+from dna_video.checkpoints.load_report import LoadReport
 
 __all__ = [
     "CheckpointError",

@@ -3,7 +3,7 @@
 Everything comes from the run itself: the checkpoint (model hyper-parameters, class names,
 epoch), the run's resolved ``config.yaml`` (data, protocol, recipe: the exact command) and its
 ``summary.json`` (best validation score, test metrics, clips/s); the cost per view is counted
-by torch on the model (:mod:`dna_video.flops`).
+by torch on the model (:mod:`dna_video.models.flops`).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 
 import yaml
 
-from ..flops import view_cost
-from .io import CheckpointError, load_torch_file
-from .loading import timesformer_from_checkpoint
-from .summary_file import read_summary
+from dna_video.models.flops import view_cost
+from dna_video.checkpoints.io import CheckpointError, load_torch_file
+from dna_video.checkpoints.loading import timesformer_from_checkpoint
+from dna_video.checkpoints.run_summary import read_summary
 
 __all__ = ["model_card"]
 

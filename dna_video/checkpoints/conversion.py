@@ -33,10 +33,10 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor
 
-from ..timesformer import TimeSformer, resample_pos_embed, resample_time_embed
-from .dna_init import DNA_INIT_POLICIES
-from .io import CheckpointError, RawCheckpoint
-from .layouts import (
+from dna_video.models.timesformer import TimeSformer, resample_pos_embed, resample_time_embed
+from dna_video.checkpoints.dna_init import DNA_INIT_POLICIES
+from dna_video.checkpoints.io import CheckpointError, RawCheckpoint
+from dna_video.checkpoints.layouts import (
     SUBTRACTED_BRANCH,
     UNSUPPORTED,
     ZERO_AT_START,
@@ -48,8 +48,8 @@ from .layouts import (
     lacks_cls_position,
     spatial_source,
 )
-from .outcomes import NEGATIVE_BRANCH_INIT, RESAMPLING, Entry, Outcome, Reason, Step
-from .report import LoadReport
+from dna_video.checkpoints.outcomes import NEGATIVE_BRANCH_INIT, RESAMPLING, Entry, Outcome, Reason, Step
+from dna_video.checkpoints.load_report import LoadReport
 
 __all__ = [
     "ImportOptions",

@@ -17,11 +17,11 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
-from ..models.attention import attention_kind, attention_kinds
-from ..timesformer import TimeSformer
-from .conversion import TargetModel
-from .io import CheckpointError
-from .layouts import hf_config_from_model, official_to_hf, official_to_reference
+from dna_video.models.attention import attention_kind, attention_kinds
+from dna_video.models.timesformer import TimeSformer
+from dna_video.checkpoints.conversion import TargetModel
+from dna_video.checkpoints.io import CheckpointError
+from dna_video.checkpoints.layouts import hf_config_from_model, official_to_hf, official_to_reference
 
 __all__ = ["export_huggingface", "export_reference"]
 

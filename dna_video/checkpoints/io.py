@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .errors import CheckpointError
-from .sources import resolve_source
+from dna_video.checkpoints.errors import CheckpointError
+from dna_video.checkpoints.sources import resolve_source
 
 log = logging.getLogger(__name__)
 

@@ -35,10 +35,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..timesformer import PRESETS, TimeSformer
-from ..models.attention import CheckpointExtra, attention_kind, attention_kinds
-from .io import CheckpointError
-from .outcomes import Reason, Step
+from dna_video.models.timesformer import PRESETS, TimeSformer
+from dna_video.models.attention import CheckpointExtra, attention_kind, attention_kinds
+from dna_video.checkpoints.io import CheckpointError
+from dna_video.checkpoints.outcomes import Reason, Step
 
 __all__ = [
     "LAYOUT_NAMES",

@@ -14,14 +14,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..models.init import init_module
-from ..timesformer import TimeSformer
-from .conversion import ImportOptions, OfficialCheckpoint, TargetModel, convert_checkpoint
-from .dna_init import init_negative_branch
-from .io import CheckpointError, RawCheckpoint, read_checkpoint, unwrap_state_dict
-from .layouts import detect_layout, infer_geometry, to_official
-from .outcomes import FRESH_INIT, NEGATIVE_BRANCH_INIT, Outcome, Reason
-from .report import LoadReport
+from dna_video.models.init import init_module
+from dna_video.models.timesformer import TimeSformer
+from dna_video.checkpoints.conversion import ImportOptions, OfficialCheckpoint, TargetModel, convert_checkpoint
+from dna_video.checkpoints.dna_init import init_negative_branch
+from dna_video.checkpoints.io import CheckpointError, RawCheckpoint, read_checkpoint, unwrap_state_dict
+from dna_video.checkpoints.layouts import detect_layout, infer_geometry, to_official
+from dna_video.checkpoints.outcomes import FRESH_INIT, NEGATIVE_BRANCH_INIT, Outcome, Reason
+from dna_video.checkpoints.load_report import LoadReport
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import urllib.error
 import urllib.parse
 from pathlib import Path
 
-from .errors import CheckpointError
+from dna_video.checkpoints.errors import CheckpointError
 
 __all__ = ["resolve_source", "hub_cache_dir", "url_cache_dir"]
 

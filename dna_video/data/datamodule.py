@@ -21,10 +21,10 @@ import torch.distributed as dist
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Sampler
 
-from .dataset import VideoClipDataset, VideoRecord, collate_videos
-from .protocols import Protocol
-from .sampling import FrameSampler
-from .transforms import EvalClipTransform, TrainClipTransform
+from dna_video.data.dataset import VideoClipDataset, VideoRecord, collate_videos
+from dna_video.data.protocols import Protocol
+from dna_video.data.sampling import FrameSampler
+from dna_video.data.transforms import EvalClipTransform, TrainClipTransform
 
 log = logging.getLogger(__name__)
 
@@ -310,7 +310,7 @@ class VideoDataModule(L.LightningDataModule):
                 f"{self.dataset_name} {split}: the split is empty; dataset root {self.root}: {seen}"
                 f"{' (excluded: ' + '; '.join(f'{r}: {n}' for r, n in summary.excluded.items()) + ')' if excluded else ''}. "
                 "Check data.init_args.root (the folder holding this dataset's videos) and the protocol; "
-                f"python -m dna_video.prepare <dataset> {self.root} lists what it holds per protocol"
+                f"python -m dna_video.tools.prepare <dataset> {self.root} lists what it holds per protocol"
             )
         return records
 

@@ -33,10 +33,10 @@ from typing import Literal
 
 import numpy as np
 
-from .dataset import VideoClipDataset, VideoRecord
-from .synthetic import (SYNTHETIC_CLASSES, SyntheticSmarthome, _actor_track, _shape_mask, _video_plan,
+from dna_video.data.dataset import VideoClipDataset, VideoRecord
+from dna_video.data.synthetic import (SYNTHETIC_CLASSES, SyntheticSmarthome, _actor_track, _shape_mask, _video_plan,
                         scene_start, write_generated_dataset)
-from .video import write_video
+from dna_video.data.video import write_video
 
 
 __all__ = ["DISTRACTOR_LEVELS", "render_scene", "generate_distractor_dataset", "mask_path", "read_masks",

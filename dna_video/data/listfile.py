@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .datamodule import SplitRecords, VideoDataModule
-from .dataset import VideoRecord
-from .protocols import DATA_DIR, read_class_names
+from dna_video.data.datamodule import SplitRecords, VideoDataModule
+from dna_video.data.dataset import VideoRecord
+from dna_video.data.protocols import DATA_DIR, read_class_names
 
 log = logging.getLogger(__name__)
 

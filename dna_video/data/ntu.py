@@ -16,9 +16,9 @@ from typing import Literal
 
 import numpy as np
 
-from .datamodule import Catalog, ProtocolDataModule
-from .dataset import VideoRecord
-from .protocols import Protocol, load_split_file
+from dna_video.data.datamodule import Catalog, ProtocolDataModule
+from dna_video.data.dataset import VideoRecord
+from dna_video.data.protocols import Protocol, load_split_file
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ class NTURGBD60(ProtocolDataModule):
     Args:
         root: the folder of the videos, searched recursively (``nturgb+d_rgb`` with the
             ``*_rgb.avi`` files, or the mp4 files written by
-            ``python -m dna_video.prepare ntu60 ... --transcode``).
+            ``python -m dna_video.tools.prepare ntu60 ... --transcode``).
         protocol: ``cs`` or ``cv``.
         exclude_file: optional text file of sample names to leave out (counted), e.g. the
             302 samples without skeletons; one name a line.

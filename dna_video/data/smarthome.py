@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from .datamodule import Catalog, ProtocolDataModule
-from .dataset import VideoRecord
-from .protocols import Protocol, load_split_file
+from dna_video.data.datamodule import Catalog, ProtocolDataModule
+from dna_video.data.dataset import VideoRecord
+from dna_video.data.protocols import Protocol, load_split_file
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class ToyotaSmarthome(ProtocolDataModule):
 
     Args:
         root: the folder of the mp4 clips (e.g. ``Smarthome/mp4``, or the output of
-            ``python -m dna_video.prepare toyota_smarthome ... --transcode``); a folder whose
+            ``python -m dna_video.tools.prepare toyota_smarthome ... --transcode``); a folder whose
             ``mp4/`` subfolder holds them works too.
         protocol: ``cs``, ``cv1`` or ``cv2``.
         train_on_val: train on the validation split as well (e.g. the cross-subject models

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .datamodule import Catalog, ProtocolDataModule
-from .smarthome import SUBJECTS, SmarthomeName, smarthome_catalog, smarthome_protocol
-from .video import write_video
+from dna_video.data.datamodule import Catalog, ProtocolDataModule
+from dna_video.data.smarthome import SUBJECTS, SmarthomeName, smarthome_catalog, smarthome_protocol
+from dna_video.data.video import write_video
 
 log = logging.getLogger(__name__)
 

@@ -2,10 +2,10 @@
 (:mod:`.kinds`), cross-attention for probes (:mod:`.cross`) and the registry that names them
 and says what each offers (:mod:`.registry`). Add a kind with :func:`register_attention`."""
 
-from .base import Attention, merge_heads, split_heads
-from .core import dna_attention, dna_attention_maps
-from .cross import NEG_INIT_POLICIES, CrossAttention, DenoisingCrossAttention, SoftmaxCrossAttention, init_from_self_attention
-from .kinds import (
+from dna_video.models.attention.base import Attention, merge_heads, split_heads
+from dna_video.models.attention.core import dna_attention, dna_attention_maps
+from dna_video.models.attention.cross import NEG_INIT_POLICIES, CrossAttention, DenoisingCrossAttention, SoftmaxCrossAttention, init_from_self_attention
+from dna_video.models.attention.kinds import (
     CogAttention,
     DenoisingAttention,
     DifferentialAttention,
@@ -13,8 +13,8 @@ from .kinds import (
     SoftmaxAttention,
     diff_lambda_init,
 )
-from .negative_init import DNA_INIT_POLICIES, init_negative_branch, orthogonal_complement_like
-from .registry import (
+from dna_video.models.attention.negative_init import DNA_INIT_POLICIES, init_negative_branch, orthogonal_complement_like
+from dna_video.models.attention.registry import (
     ATTENTIONS,
     DNA_EXTRAS,
     AttentionKind,

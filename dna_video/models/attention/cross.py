@@ -1,6 +1,6 @@
 """Cross-attention modules behind one interface: queries (B, Lq, D) attend a context (B, Lk, D).
 
-The probes of :mod:`dna_video.probe` use them: a few learned query tokens read the tokens of a
+The probes of :mod:`dna_video.models.probe` use them: a few learned query tokens read the tokens of a
 frozen encoder (the VisCoP integration of DnA). Queries come from the query tokens, keys and
 values from the context tokens:
 
@@ -21,10 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..init import init_module
-from .base import merge_heads, split_heads
-from .core import dna_attention, dna_attention_maps
-from .negative_init import orthogonal_complement_like
+from dna_video.models.init import init_module
+from dna_video.models.attention.base import merge_heads, split_heads
+from dna_video.models.attention.core import dna_attention, dna_attention_maps
+from dna_video.models.attention.negative_init import orthogonal_complement_like
 
 __all__ = [
     "CrossAttention",

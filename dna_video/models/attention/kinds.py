@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import Tensor, nn
 
-from .base import Attention, split_heads
-from .core import dna_attention, dna_attention_maps
+from dna_video.models.attention.base import Attention, split_heads
+from dna_video.models.attention.core import dna_attention, dna_attention_maps
 
 __all__ = [
     "SoftmaxAttention",

@@ -19,7 +19,7 @@ from einops import rearrange
 from timm.layers import trunc_normal_
 from torch import Tensor, nn
 
-from ..init import init_module
+from dna_video.models.init import init_module
 
 __all__ = ["DNA_INIT_POLICIES", "init_negative_branch", "orthogonal_complement_like"]
 

@@ -30,10 +30,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from ..init import init_module
-from .base import Attention
-from .cross import CrossAttention, DenoisingCrossAttention, SoftmaxCrossAttention
-from .kinds import CogAttention, DenoisingAttention, DifferentialAttention, SharedValueDnA, SoftmaxAttention
+from dna_video.models.init import init_module
+from dna_video.models.attention.base import Attention
+from dna_video.models.attention.cross import CrossAttention, DenoisingCrossAttention, SoftmaxCrossAttention
+from dna_video.models.attention.kinds import CogAttention, DenoisingAttention, DifferentialAttention, SharedValueDnA, SoftmaxAttention
 
 __all__ = [
     "AttentionKind",

@@ -1,4 +1,4 @@
-"""``python -m dna_video.analyze``: study a trained model from its checkpoint alone.
+"""``python -m dna_video.tools.analyze``: study a trained model from its checkpoint alone.
 
 * ``maps CKPT VIDEO --out DIR``: for one layer (default: the last), the cls token's spatial
   attention over each sampled frame for every branch (DnA: positive and negative; softmax:
@@ -26,13 +26,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .analysis import maps as attention_maps
-from .analysis.inference import device_of, load_model, read_views
-from .analysis.plotting import attention_gif, attention_grid_png, subspace_png, temporal_png
-from .analysis.subspaces import compare_records, intruder_records, subspace_records
-from .data.video import VideoDecodeError
-from .predict import add_settings_arguments, settings_overrides
-from .views import mean_view_probs
+from dna_video.analysis import maps as attention_maps
+from dna_video.analysis.inference import device_of, load_model, read_views
+from dna_video.analysis.plotting import attention_gif, attention_grid_png, subspace_png, temporal_png
+from dna_video.analysis.subspaces import compare_records, intruder_records, subspace_records
+from dna_video.data.video import VideoDecodeError
+from dna_video.tools.predict import add_settings_arguments, settings_overrides
+from dna_video.tasks.views import mean_view_probs
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def run_subspaces(checkpoint: str, out: str, reference: str | None = None, k: in
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m dna_video.analyze", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m dna_video.tools.analyze", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     maps = commands.add_parser("maps", help="attention maps of both branches over a video's frames",

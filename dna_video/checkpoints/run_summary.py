@@ -1,10 +1,23 @@
-"""The block printed at the end of ``fit``: where the results are (from the run's ``summary.json``)."""
+"""The run summary: reading a run's ``summary.json`` (written by :class:`dna_video.training.callbacks.run_summary.RunSummary`):
+plain JSON, read without Lightning, by the model card (:mod:`.card`) as by the command line,
+and the block printed at the end of ``fit`` from it."""
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
 from typing import Any
 
-__all__ = ["fit_summary"]
+__all__ = ["SUMMARY_FILE", "read_summary", "fit_summary"]
+
+SUMMARY_FILE = "summary.json"
+
+
+def read_summary(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The summary of the run in ``run_dir`` ({} when it has none yet)."""
+    path = Path(run_dir) / SUMMARY_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def _number(value: Any) -> str:
@@ -16,7 +29,7 @@ def _number(value: Any) -> str:
 
 def fit_summary(summary: dict[str, Any]) -> str:
     """Best score and its checkpoint, last checkpoint, test metrics (if run) and log folder,
-    from what :class:`~dna_video.callbacks.run_summary.RunSummary` recorded."""
+    from what :class:`~dna_video.training.callbacks.run_summary.RunSummary` recorded."""
     fit = summary.get("fit", {})
     lines = [f"fit finished: {fit.get('epochs', '?')} epoch(s), {fit.get('global_step', '?')} optimiser steps"]
     if fit.get("best_checkpoint"):

@@ -8,11 +8,11 @@
   protocol, monitor, run name). ``--print_config`` shows everything.
 * Checkpoints: the best by a configurable metric (``checkpoint.*``) and ``last.ckpt`` after
   every epoch; a rich progress bar; the full config saved beside each run's logs.
-* Callbacks (:mod:`dna_video.callbacks`): unreadable videos counted and named, clips/s
+* Callbacks (:mod:`dna_video.training.callbacks`): unreadable videos counted and named, clips/s
   (Lightning's ThroughputMonitor), data-wait share and peak memory per epoch, and in
   ``predict`` one row per video in ``predictions.csv`` in the run folder; in ``test``
   ``test_metrics.json``, ``test_predictions.csv`` and ``test_confusion.png`` in the run folder
-  (:class:`~dna_video.callbacks.test_report.TestReportWriter`).
+  (:class:`~dna_video.training.callbacks.evaluation_report.TestReportWriter`).
 * ``fit --test_after_fit true`` (the default) tests the best checkpoint right after training,
   in the same process.
 """
@@ -35,18 +35,18 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from .callbacks.failed_videos import FailedVideoMonitor
-from .callbacks.predictions import PredictionWriter
-from .callbacks.run_summary import RunSummary, read_summary
-from .callbacks.test_report import TestReportWriter
-from .callbacks.throughput import DataWaitMonitor, videos_in_batch
-from .data import listfile, ntu, smarthome, synthetic  # noqa: F401  (DataModules known by their short names)
-from .callbacks.guard import NonFiniteError, NonFiniteGuard
-from .callbacks.run_state import RunState
-from .callbacks.summary import fit_summary
-from .data.datamodule import VideoDataModule
-from .module import VideoClassifier
-from .runs import AtomicCheckpointIO, Experiment, keep_csv_metrics, prepare_restore
+from dna_video.training.callbacks.failed_videos import FailedVideoMonitor
+from dna_video.training.callbacks.predictions import PredictionWriter
+from dna_video.training.callbacks.run_summary import RunSummary, read_summary
+from dna_video.training.callbacks.evaluation_report import TestReportWriter
+from dna_video.training.callbacks.throughput import DataWaitMonitor, videos_in_batch
+from dna_video.data import listfile, ntu, smarthome, synthetic  # noqa: F401  (DataModules known by their short names)
+from dna_video.training.callbacks.guard import NonFiniteError, NonFiniteGuard
+from dna_video.training.callbacks.run_state import RunState
+from dna_video.checkpoints.run_summary import fit_summary
+from dna_video.data.datamodule import VideoDataModule
+from dna_video.tasks.video import VideoClassifier
+from dna_video.training.runs import AtomicCheckpointIO, Experiment, keep_csv_metrics, prepare_restore
 
 # What every run does unless its config says otherwise; the recipe's 15 epochs among them.
 RUN_DEFAULTS = {
@@ -81,7 +81,7 @@ class DnACLI(LightningCLI):
 
     def _parse_ckpt_path(self) -> None:
         # Before Lightning overwrites the model options with the checkpoint's: `last` found by
-        # run identity, the file checked, differing options reported (dna_video.runs).
+        # run identity, the file checked, differing options reported (dna_video.training.runs).
         subcommand = self.config.get("subcommand")
         if subcommand:
             for line in prepare_restore(self.config[subcommand], subcommand):

@@ -21,10 +21,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from .card import model_card
-from .export import export_huggingface, export_reference
-from .io import CheckpointError
-from .loading import timesformer_from_checkpoint
+from dna_video.checkpoints.card import model_card
+from dna_video.checkpoints.export import export_huggingface, export_reference
+from dna_video.checkpoints.io import CheckpointError
+from dna_video.checkpoints.loading import timesformer_from_checkpoint
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -1,8 +1,8 @@
 """Prepare a dataset copy for training: scan it, report per protocol, validate, transcode.
 
-    python -m dna_video.prepare toyota_smarthome /data/Smarthome/mp4 --validate
-    python -m dna_video.prepare ntu60 /data/nturgb+d_rgb --transcode /data/ntu60_256 --short-side 256
-    python -m dna_video.prepare videos /data/my_videos --validate
+    python -m dna_video.tools.prepare toyota_smarthome /data/Smarthome/mp4 --validate
+    python -m dna_video.tools.prepare ntu60 /data/nturgb+d_rgb --transcode /data/ntu60_256 --short-side 256
+    python -m dna_video.tools.prepare videos /data/my_videos --validate
 
 * Scan: every file under the root sorted by the same code the DataModules use; a table per
   protocol of the videos per split against the full dataset's counts, the classes present
@@ -51,11 +51,11 @@ VIDEO_SUFFIXES = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v")
 def _datamodules(dataset: str, root: str, exclude_file: str | None = None) -> dict:
     """One DataModule per protocol: the scan is exactly the training code's."""
     if dataset == "toyota_smarthome":
-        from .data.smarthome import PROTOCOLS, ToyotaSmarthome
+        from dna_video.data.smarthome import PROTOCOLS, ToyotaSmarthome
 
         return {p: ToyotaSmarthome(root, protocol=p, num_workers=0) for p in PROTOCOLS}
     if dataset == "ntu60":
-        from .data.ntu import PROTOCOLS, NTURGBD60
+        from dna_video.data.ntu import PROTOCOLS, NTURGBD60
 
         return {p: NTURGBD60(root, protocol=p, exclude_file=exclude_file, num_workers=0) for p in PROTOCOLS}
     return {}
@@ -102,7 +102,7 @@ def validate_file(path: str) -> dict:
     error}; status ``ok``, ``short`` (decord or the container header report more frames
     than decode: a damaged or truncated file, which training samples within the decodable
     frames) or ``unreadable`` (training replaces it)."""
-    from .data.video import VideoDecodeError, count_decodable_frames, declared_frames, read_frames
+    from dna_video.data.video import VideoDecodeError, count_decodable_frames, declared_frames, read_frames
 
     out = {"path": path, "status": "ok", "reported": 0, "decodable": 0, "error": ""}
     try:
@@ -128,7 +128,7 @@ def output_path(src: Path, root: Path, out_root: Path) -> Path:
 def transcode_file(src: str, dst: str, short_side: int | None, gop: int, crf: int, preset: str) -> dict:
     """Transcode one file unless ``dst`` exists. Returns {path, output, status (done,
     skipped, damaged, failed), frames, error}."""
-    from .data.video import VideoDecodeError, transcode_video
+    from dna_video.data.video import VideoDecodeError, transcode_video
 
     out = {"path": src, "output": dst, "status": "done", "frames": 0, "error": ""}
     if os.path.exists(dst):
@@ -241,7 +241,7 @@ def _summary(results: list[dict], key: str = "status") -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dna_video.prepare",
+        prog="python -m dna_video.tools.prepare",
         description="Scan a dataset copy, report per protocol, validate every video, transcode to H.264 mp4.",
     )
     parser.add_argument("dataset", choices=DATASETS, help="the dataset's layout (videos: any video files)")

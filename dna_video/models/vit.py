@@ -2,7 +2,7 @@
 ``VisionTransformer`` with our attention in every block, registered as timm models.
 
 * :class:`AttentionBlock` is timm's ``Block`` (norms, MLP, LayerScale, drop-path unchanged)
-  with ``attn`` built by :func:`dna_video.attention.build_attention`. It goes in through
+  with ``attn`` built by :func:`dna_video.models.attention.build_attention`. It goes in through
   ``block_fn``, not ``attn_layer``: timm 1.0.31 hands a block's ``depth`` to its attention only
   when the attention is a subclass of its own ``DiffAttention``, and calls attention with
   ``attn_mask`` / ``is_causal`` keywords, which our interface does not take (masks are refused
@@ -30,7 +30,7 @@ from timm.models import VisionTransformer, build_model_with_cfg, register_model
 from timm.models.vision_transformer import Block
 from torch import Tensor
 
-from .models.attention import Attention, AttentionKind, build_attention, kwargs_by_kind, on_register
+from dna_video.models.attention import Attention, AttentionKind, build_attention, kwargs_by_kind, on_register
 
 __all__ = ["AttentionBlock", "vision_transformer", "VIT_PRESETS", "IMAGE_ATTENTIONS"]
 

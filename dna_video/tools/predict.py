@@ -1,4 +1,4 @@
-"""``python -m dna_video.predict CKPT PATH...``: class predictions for any videos, no labels needed.
+"""``python -m dna_video.tools.predict CKPT PATH...``: class predictions for any videos, no labels needed.
 
 PATH: video files, folders (searched recursively for videos) or list files (``.txt``/``.csv``/
 ``.lst``: one video a line, optionally followed by an integer label as in the list-file
@@ -31,10 +31,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from .analysis.inference import LoadedModel, device_of, load_model, read_views
-from .callbacks.predictions import write_predictions_csv
-from .data.video import VideoDecodeError
-from .views import mean_view_probs
+from dna_video.analysis.inference import LoadedModel, device_of, load_model, read_views
+from dna_video.training.callbacks.predictions import write_predictions_csv
+from dna_video.data.video import VideoDecodeError
+from dna_video.tasks.views import mean_view_probs
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m dna_video.predict",
+        prog="python -m dna_video.tools.predict",
         description="Top-k class predictions of a checkpoint for video files, folders or list files.",
     )
     parser.add_argument("checkpoint", help="this project's .ckpt (or any checkpoint the importer reads)")

@@ -1,10 +1,10 @@
 """Evaluation reports: accuracy, per-class behaviour, calibration and selective prediction.
 
 Everything here works on per-video class probabilities (N, K) and labels (N,), whatever
-produced them (``cli.py test``, ``python -m dna_video.predict``, a notebook):
+produced them (``cli.py test``, ``python -m dna_video.tools.predict``, a notebook):
 
 * the probabilities to pass are those of the MEAN of a video's views
-  (:func:`dna_video.views.mean_view_probs`), never the softmax of a SUM of logits: with V
+  (:func:`dna_video.tasks.views.mean_view_probs`), never the softmax of a SUM of logits: with V
   views that is softmax(V * mean), which sharpens every probability and so spoils
   calibration figures;
 * :func:`evaluation_report`: top-1, top-5, mean per-class accuracy over the classes present,
@@ -26,6 +26,8 @@ from torchmetrics.functional.classification import (
     multiclass_calibration_error,
     multiclass_confusion_matrix,
 )
+
+from dna_video.tasks.metrics import mean_class_accuracy
 
 __all__ = ["rms_calibration_error", "aurra", "evaluation_report"]
 
@@ -104,7 +106,7 @@ def evaluation_report(
         "class_names": names,
         "top1": float(correct.mean()),
         "top5": float(multiclass_accuracy(probs, labels, num_classes=k, top_k=min(5, k), average="micro")),
-        "mca": float((correct_per_class[present].double() / count[present]).mean()),
+        "mca": float(mean_class_accuracy(correct_per_class, count)),
         "per_class_accuracy": per_class,
         "per_class_count": {name: int(count[i]) for i, name in enumerate(names)},
         "confusion_matrix": confusion.tolist(),

@@ -29,9 +29,9 @@ from timm.layers import DropPath, resample_abs_pos_embed, trunc_normal_
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from .mlp import Mlp
-from .models.attention import Attention, build_attention, kwargs_by_kind
-from .models.init import init_module
+from dna_video.models.mlp import Mlp
+from dna_video.models.attention import Attention, build_attention, kwargs_by_kind
+from dna_video.models.init import init_module
 
 __all__ = [
     "TimeSformer",

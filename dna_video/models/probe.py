@@ -3,7 +3,7 @@ layer (the VisCoP integration of DnA; Campos et al., ECCV 2026).
 
 For every selected block of the frozen backbone an interaction module lets the probes
 cross-attend the tokens leaving that block (softmax or DnA cross-attention,
-:mod:`dna_video.cross_attention`); its output REPLACES the probes (VisCoP: no residual, no
+:mod:`dna_video.models.attention`); its output REPLACES the probes (VisCoP: no residual, no
 MLP), or, with ``interaction="residual"``, is added to them and followed by an MLP. The
 probes go on to the next selected block; the final probes are averaged and classified.
 
@@ -16,9 +16,9 @@ projection gives near-zero queries, uniform attention and identical probes.
 
 The backbone runs in eval mode without building a graph: only the probes, the interaction
 modules and the head train, and training memory holds no backbone activations.
-The module knows nothing of Lightning; :mod:`dna_video.probe_module` trains it, and
-``python -m dna_video.probe {fit,validate,test,predict} --config configs/probe_quickstart.yaml``
-is its command line (:mod:`dna_video.probe.__main__`: ``cli.py``'s options plus the probe's;
+The module knows nothing of Lightning; :mod:`dna_video.tasks.probe` trains it, and
+``python -m dna_video.models.probe {fit,validate,test,predict} --config configs/probe_quickstart.yaml``
+is its command line (:mod:`dna_video.training.probe_cli`: ``cli.py``'s options plus the probe's;
 ``--config NAME`` also finds the configs shipped with the package, as ``python -m dna_video``).
 """
 
@@ -31,10 +31,10 @@ from einops import reduce, repeat
 from timm.layers import trunc_normal_
 from torch import Tensor, nn
 
-from ..mlp import Mlp
-from ..models.attention import NEG_INIT_POLICIES, CrossAttention, build_cross_attention, init_from_self_attention
-from ..models.init import init_module
-from ..timesformer import DividedSpaceTimeBlock, TimeSformer
+from dna_video.models.mlp import Mlp
+from dna_video.models.attention import NEG_INIT_POLICIES, CrossAttention, build_cross_attention, init_from_self_attention
+from dna_video.models.init import init_module
+from dna_video.models.timesformer import DividedSpaceTimeBlock, TimeSformer
 
 __all__ = ["ProbeInteraction", "ProbeClassifier", "resolve_layers"]
 

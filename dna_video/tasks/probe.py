@@ -1,22 +1,22 @@
-"""LightningModule of the probe classifier (:mod:`dna_video.probe`) and its command line.
+"""LightningModule of the probe classifier (:mod:`dna_video.models.probe`) and its command line.
 
-:class:`ProbeClassifierModule` is a :class:`~dna_video.module.VideoClassifier` whose network is
-a :class:`~dna_video.probe.ProbeClassifier`: the backbone is built and imported exactly as the
+:class:`ProbeClassifierModule` is a :class:`~dna_video.tasks.video.VideoClassifier` whose network is
+a :class:`~dna_video.models.probe.ProbeClassifier`: the backbone is built and imported exactly as the
 VideoClassifier's network (``arch`` / ``net_kwargs`` / ``attention`` give its geometry,
 ``init_from`` any checkpoint layout the importer reads), then frozen and wrapped. Loss,
 metrics, multi-view evaluation, optimisation and checkpoints are the VideoClassifier's; a
 checkpoint holds the backbone too, so it restores without the backbone's file.
 
-``python -m dna_video.probe fit --config configs/probe_quickstart.yaml`` runs :func:`main`.
+``python -m dna_video.models.probe fit --config configs/probe_quickstart.yaml`` runs :func:`main`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from .checkpoints import CheckpointError
-from .module import VideoClassifier
-from .probe import ProbeClassifier
+from dna_video.checkpoints import CheckpointError
+from dna_video.tasks.video import VideoClassifier
+from dna_video.models.probe import ProbeClassifier
 
 __all__ = ["ProbeClassifierModule"]
 
@@ -25,7 +25,7 @@ class ProbeClassifierModule(VideoClassifier):
     """Video classification by learned probes over a frozen TimeSformer.
 
     Only the probes, their interaction modules and the head train. The backbone is the
-    TimeSformer that :class:`~dna_video.module.VideoClassifier` builds from ``arch``,
+    TimeSformer that :class:`~dna_video.tasks.video.VideoClassifier` builds from ``arch``,
     ``net_kwargs``, ``attention`` and imports from ``init_from``: state the checkpoint's
     geometry there (``python -m dna_video.checkpoints inspect FILE`` prints it). An import that
     leaves checkpoint tensors unused (other than the head) is refused: the frozen backbone
@@ -47,7 +47,7 @@ class ProbeClassifierModule(VideoClassifier):
             as VisCoP), ``random``, ``orthogonal``, or ``copy`` (a DnA backbone's own Q-, V-, alpha).
         neg_init_eps: eps of ``scaled_copy`` (1e-4 in VisCoP).
         cross_alpha_init: initial alpha of the DnA cross-attentions.
-        **kwargs: the :class:`~dna_video.module.VideoClassifier` arguments: backbone geometry
+        **kwargs: the :class:`~dna_video.tasks.video.VideoClassifier` arguments: backbone geometry
             and import (``arch``, ``attention``, ``net_kwargs``, ``init_from``, ``init_kwargs``,
             ``init_strict``), ``optimizer``, ``lr_scheduler``, ``warmup_steps``, ``head_dropout``,
             ``label_smoothing``, evaluation options.

@@ -7,7 +7,7 @@ One row per video, columns :data:`PREDICTION_COLUMNS`:
 * ``prob``: the probability of the predicted class; ``top_k``: the k most probable classes
   as ``index:probability`` pairs, most probable first.
 
-Probabilities are those of the mean of a video's views (:func:`dna_video.views.mean_view_probs`).
+Probabilities are those of the mean of a video's views (:func:`dna_video.tasks.views.mean_view_probs`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Image classification command line (the paper's ViT-B/16 with DnA):
 
-    python -m dna_video.image_cli fit --config configs/imagenet_vit_b.yaml --data.root /data/imagenet
-    python -m dna_video.image_cli fit --config configs/images_quick.yaml      # generated images, CPU minutes
-    python -m dna_video.image_cli test --config configs/images_quick.yaml --ckpt_path <checkpoint>
+    python -m dna_video.training.image_cli fit --config configs/imagenet_vit_b.yaml --data.root /data/imagenet
+    python -m dna_video.training.image_cli fit --config configs/images_quick.yaml      # generated images, CPU minutes
+    python -m dna_video.training.image_cli test --config configs/images_quick.yaml --ckpt_path <checkpoint>
 
-A LightningCLI over :class:`~dna_video.image_module.ImageClassifier` and the ImageFolder
+A LightningCLI over :class:`~dna_video.tasks.image.ImageClassifier` and the ImageFolder
 DataModules (:mod:`dna_video.data.images`); the class count and image size are linked from the
 data to the model. ``fit --test_after_fit true`` tests the best checkpoint after training.
 """
@@ -19,8 +19,8 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see cli.py
 from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: E402
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI  # noqa: E402
 
-from .data.images import ImageFolderDataModule, SyntheticImageFolder  # noqa: E402,F401
-from .image_module import ImageClassifier  # noqa: E402
+from dna_video.data.images import ImageFolderDataModule, SyntheticImageFolder  # noqa: E402,F401
+from dna_video.tasks.image import ImageClassifier  # noqa: E402
 
 
 class ImageCLI(LightningCLI):

@@ -1,9 +1,9 @@
 """LightningModule for image classification with a DnA ViT (the paper's ViT-B/16 result):
 loss (soft targets from MixUp / CutMix, label smoothing), top-1/top-5, AdamW with a cosine
 schedule and linear warm-up (timm's ``CosineLRScheduler``, stepped per epoch), around timm's
-``VisionTransformer`` with our attention (:mod:`dna_video.vit`).
+``VisionTransformer`` with our attention (:mod:`dna_video.models.vit`).
 
-Command line: ``python -m dna_video.image_cli fit --config configs/imagenet_vit_b.yaml``.
+Command line: ``python -m dna_video.training.image_cli fit --config configs/imagenet_vit_b.yaml``.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from .module import _as_callable
-from .checkpoints import load_image_checkpoint
-from .models.attention import negative_branch_weights
-from .vit import vision_transformer
+from dna_video.tasks.video import _as_callable
+from dna_video.checkpoints import load_image_checkpoint
+from dna_video.models.attention import negative_branch_weights
+from dna_video.models.vit import vision_transformer
 
 __all__ = ["ImageClassifier"]
 

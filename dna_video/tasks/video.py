@@ -1,13 +1,13 @@
 """LightningModule: loss, metrics, multi-view evaluation and optimisation around a TimeSformer.
 
-The network (:class:`~dna_video.timesformer.TimeSformer`) knows nothing of Lightning; this
+The network (:class:`~dna_video.models.timesformer.TimeSformer`) knows nothing of Lightning; this
 module builds it from typed arguments (so LightningCLI turns them into YAML and ``--help``),
 steps it, evaluates the views of each video and optimises it. Its argument defaults are the
 paper's fine-tuning recipe (dna.md). Fine-tuning: ``init_from`` imports a checkpoint of any
 supported layout (:mod:`dna_video.checkpoints`) adapted to this module's class count, frame
 count and resolution; ``freeze_backbone`` and ``backbone_lr_mult`` choose what trains and how
 fast. Side jobs (unreadable-video accounting, throughput, prediction files) are callbacks in
-:mod:`dna_video.callbacks`.
+:mod:`dna_video.training.callbacks`.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from torch import Tensor
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from .checkpoints import LoadReport, load_pretrained
-from .metrics import MeanClassAccuracy
-from .models.attention import negative_branch_weights
-from .timesformer import TimeSformer, timesformer
-from .views import aggregate_views, mean_view_probs
+from dna_video.checkpoints import LoadReport, load_pretrained
+from dna_video.tasks.metrics import MeanClassAccuracy
+from dna_video.models.attention import negative_branch_weights
+from dna_video.models.timesformer import TimeSformer, timesformer
+from dna_video.tasks.views import aggregate_views, mean_view_probs
 
 __all__ = ["VideoClassifier"]
 

@@ -19,7 +19,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from ..checkpoints.summary_file import SUMMARY_FILE, read_summary
+from dna_video.checkpoints.run_summary import SUMMARY_FILE, read_summary
 
 __all__ = ["RunSummary", "SUMMARY_FILE", "read_summary"]
 

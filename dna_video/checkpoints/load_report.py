@@ -8,8 +8,8 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from .layouts import LAYOUT_NAMES
-from .outcomes import Entry, Outcome
+from dna_video.checkpoints.layouts import LAYOUT_NAMES
+from dna_video.checkpoints.outcomes import Entry, Outcome
 
 __all__ = ["LoadReport"]
 

@@ -12,7 +12,22 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-__all__ = ["MeanClassAccuracy"]
+__all__ = ["MeanClassAccuracy", "class_accuracies", "mean_class_accuracy"]
+
+
+def class_accuracies(correct: Tensor, count: Tensor) -> Tensor:
+    """Accuracy of every class from per-class hit and video counts, NaN for classes without videos."""
+    return torch.where(count > 0, correct / count.clamp(min=1), torch.nan)
+
+
+def mean_class_accuracy(correct: Tensor, count: Tensor) -> Tensor:
+    """The mean of :func:`class_accuracies` over the classes with at least one video (NaN when
+    there is none): the one definition of mean class accuracy, for the metric logged in
+    training and for the evaluation reports."""
+    present = count > 0
+    if not present.any():
+        return torch.tensor(torch.nan)
+    return (correct[present].double() / count[present]).mean()
 
 
 class MeanClassAccuracy(Metric):
@@ -40,10 +55,7 @@ class MeanClassAccuracy(Metric):
 
     def per_class(self) -> Tensor:
         """Accuracy of every class, NaN for classes without targets."""
-        return torch.where(self.count > 0, self.correct / self.count.clamp(min=1), torch.nan)
+        return class_accuracies(self.correct, self.count)
 
     def compute(self) -> Tensor:
-        present = self.count > 0
-        if not present.any():
-            return torch.tensor(torch.nan)
-        return (self.correct[present] / self.count[present]).mean()
+        return mean_class_accuracy(self.correct, self.count).float()

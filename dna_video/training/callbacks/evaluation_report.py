@@ -1,11 +1,11 @@
 """Evaluation report of ``cli.py test``: metrics JSON, per-video predictions CSV, confusion PNG.
 
 Collects what ``test_step`` returns per video (path, label, the probabilities of the MEAN of
-its views, :func:`~dna_video.views.mean_view_probs`, and the predicted class the metrics
+its views, :func:`~dna_video.tasks.views.mean_view_probs`, and the predicted class the metrics
 count) and writes, in the run folder (the logger's, as ``config.yaml`` and the metrics are;
 with ``fit --test_after_fit true`` the trained run's):
 
-* ``test_metrics.json``: :func:`~dna_video.analysis.reports.evaluation_report` plus the
+* ``test_metrics.json``: :func:`~dna_video.analysis.evaluation_report.evaluation_report` plus the
   checkpoint tested;
 * ``test_predictions.csv``: one row per video, the columns of ``predict``'s CSV;
 * ``test_confusion.png``: the confusion matrix, rows normalised by true class.
@@ -26,9 +26,9 @@ import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 
-from ..analysis.plotting import confusion_png
-from ..analysis.reports import evaluation_report
-from .predictions import write_predictions_csv
+from dna_video.analysis.plotting import confusion_png
+from dna_video.analysis.evaluation_report import evaluation_report
+from dna_video.training.callbacks.predictions import write_predictions_csv
 
 log = logging.getLogger(__name__)
 

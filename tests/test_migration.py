@@ -1,0 +1,151 @@
+"""0.1 -> 0.2: what 0.1 wrote still works, and 0.1's names still lead somewhere.
+
+* The fixtures written by 0.1.0 (``tests/fixtures/v0_1``: a checkpoint of each task, their run
+  folders with 0.1's ``config.yaml``, the example configs) test, predict and resume.
+* Every 0.1 module path imports (the same module object as its new home) with a
+  DeprecationWarning naming the new path; ``python -m`` of an old command runs the new one.
+* The names ``dna_video`` exported in 0.1 are still there, and ``import dna_video`` imports no torch.
+"""
+
+import importlib
+import json
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures" / "v0_1"
+
+# What `dna_video/__init__.py` exported in 0.1.0.
+PUBLIC_0_1 = ["ATTENTIONS", "Attention", "DenoisingAttention", "PRESETS", "SoftmaxAttention", "TimeSformer",
+              "build_attention", "timesformer"]
+
+
+@pytest.fixture
+def runs(tmp_path):
+    """A copy of the 0.1 run folders (the commands below write into them)."""
+    copy = tmp_path / "runs"
+    shutil.copytree(FIXTURES / "runs", copy)
+    return copy
+
+
+def _config(run: Path, tmp_path: Path, **data) -> Path:
+    """The run's 0.1 config.yaml with the data root and the log folder of this test."""
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    config["data"]["init_args"].update(data)
+    config["trainer"]["logger"]["init_args"]["save_dir"] = str(run.parents[1])
+    path = tmp_path / f"{run.parent.name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_a_0_1_video_run_tests_predicts_and_resumes(runs, tmp_path, synthetic_root):
+    from dna_video.tools.predict import main as predict
+    from dna_video.training.cli import main
+
+    run = runs / "video" / "version_0"
+    config = _config(run, tmp_path, root=str(synthetic_root))
+    last = run / "checkpoints" / "last.ckpt"
+    cli = main(["test", "--config", str(config), f"--ckpt_path={last}", "--trainer.enable_progress_bar=false"])
+    assert 0.0 <= cli.trainer.callback_metrics["test/top1"] <= 1.0
+    # The same weights as 0.1 wrote them.
+    state = torch.load(last, weights_only=True)["state_dict"]
+    for key, value in cli.model.state_dict().items():
+        torch.testing.assert_close(value, state[key], rtol=0, atol=0)
+
+    video = sorted(Path(synthetic_root).rglob("*.mp4"))[0]
+    out = tmp_path / "predictions.csv"
+    assert predict([str(last), str(video), "--out", str(out), "--crops", "1"]) == 0
+    rows = out.read_text().splitlines()
+    assert len(rows) == 2 and video.name in rows[1]
+
+    # Resume the finished 2-epoch run for a third epoch, in its own folder.
+    cli = main(["fit", "--config", str(config), "--ckpt_path=last", "--trainer.max_epochs=3",
+                "--test_after_fit=false", "--trainer.enable_progress_bar=false"])
+    assert cli.trainer.current_epoch == 3
+    assert torch.load(last, weights_only=True)["epoch"] == 2
+    assert json.loads((run / "summary.json").read_text())["fit"]["epochs"] == 3
+
+
+def test_a_0_1_probe_run_tests_through_the_old_command(runs, tmp_path, synthetic_root):
+    run = runs / "probe" / "version_0"
+    config = _config(run, tmp_path, root=str(synthetic_root))
+    probe_config = yaml.safe_load(config.read_text())
+    # Its backbone was read from the video run at fit time; the checkpoint holds it (no re-import).
+    probe_config["model"]["init_from"] = None
+    config.write_text(yaml.safe_dump(probe_config))
+    with pytest.warns(DeprecationWarning, match="dna_video.probe_module moved"):
+        module = importlib.import_module("dna_video.probe_module")
+    from dna_video.training.probe_cli import main
+
+    cli = main(["test", "--config", str(config), f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
+                "--trainer.enable_progress_bar=false"])
+    assert isinstance(cli.model, module.ProbeClassifierModule)
+    assert 0.0 <= cli.trainer.callback_metrics["test/top1"] <= 1.0
+
+
+def test_a_0_1_image_checkpoint_tests_through_the_old_command(runs, tmp_path):
+    from dna_video.training.image_cli import main
+
+    run = runs / "image" / "version_0"
+    config = _config(run, tmp_path, root=str(tmp_path / "images"))
+    cli = main(["test", "--config", str(config), f"--ckpt_path={run / 'checkpoints' / 'best-00.ckpt'}",
+                "--trainer.enable_progress_bar=false"])
+    assert cli.trainer.callback_metrics["test/top1"] >= 0.0
+    state = torch.load(run / "checkpoints" / "best-00.ckpt", weights_only=True)["state_dict"]
+    torch.testing.assert_close(cli.model.state_dict()["net.blocks.1.attn.neg_scalers"],
+                               state["net.blocks.1.attn.neg_scalers"], rtol=0, atol=0)
+
+
+def test_every_0_1_module_path_imports_its_new_module_with_a_warning():
+    import dna_video
+
+    for old, (new, _, warns) in dna_video.MOVED.items():
+        sys.modules.pop(old, None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            module = importlib.import_module(old)
+        assert module is importlib.import_module(new), old
+        messages = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+        if warns:
+            assert any(f"{old} moved to {new}" in m for m in messages), (old, messages)
+        else:
+            assert not any(old in m for m in messages), (old, messages)
+    # A module below a moved package is the new module itself (one class object, not two).
+    from dna_video.callbacks.guard import NonFiniteGuard
+    from dna_video.training.callbacks.guard import NonFiniteGuard as new
+
+    assert NonFiniteGuard is new
+
+
+def test_old_python_m_commands_run_the_new_ones(tmp_path):
+    for old, new in [("dna_video.predict", "dna_video.tools.predict"),
+                     ("dna_video.checkpoints", "dna_video.tools.checkpoints"),
+                     ("dna_video.probe", "dna_video.training.probe_cli")]:
+        result = subprocess.run([sys.executable, "-m", old, "--help"], capture_output=True, text=True, cwd=tmp_path,
+                                timeout=120)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert f"python -m {old} is now python -m {new}" in result.stderr
+        assert "usage:" in result.stdout
+
+
+def test_0_1_public_names_stay_and_the_package_imports_no_torch():
+    import dna_video
+
+    for name in PUBLIC_0_1:
+        assert getattr(dna_video, name) is not None, name
+    assert dna_video.timesformer("tiny", num_classes=2).num_classes == 2  # the builder, as in 0.1
+    from dna_video.checkpoints import timesformer_from_checkpoint  # noqa: F401
+    from dna_video.data import NTURGBD60, ToyotaSmarthome  # noqa: F401
+    from dna_video.timesformer import TimeSformer
+
+    assert TimeSformer is dna_video.TimeSformer
+    code = "import sys, dna_video; print(dna_video.__version__, 'torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.split() == ["0.2.0", "False"], result.stderr
