@@ -1,18 +1,15 @@
-"""dna-video command line: ``python cli.py {fit,validate,test,predict} --config configs/<name>.yaml``.
-
-See ``python cli.py fit --help`` for every option, and README.md for recipes.
-"""
+"""dna-video's one command from a checkout: ``python cli.py fit --config configs/quickstart.yaml``,
+``python cli.py predict CKPT VIDEO...``; the same program as the installed ``dna-video`` (see
+``dna_video/__main__.py`` and README.md, "Commands")."""
 
 import os
 
-# OpenMP threads that sleep when idle instead of spinning. Read once, when torch loads, so it
-# is set before the import below. With the default (spin), a training process whose cores
-# are shared, with its own DataLoader workers or with other jobs, loses most of its time in
-# threads spinning for a descheduled peer: the quickstart ran at 3.5 clips/s instead of 13 on
-# 2 cores (README, Performance). Set OMP_WAIT_POLICY=ACTIVE to get the default back.
+# OpenMP threads that sleep when idle instead of spinning, read once when torch loads: with
+# the default (spin) a process whose cores are shared loses most of its time to spinning
+# threads (benchmarks/README.md). OMP_WAIT_POLICY=ACTIVE gets the default back.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from dna_video.training.cli import console_main  # noqa: E402
+from dna_video.__main__ import main  # noqa: E402
 
 if __name__ == "__main__":
-    console_main()
+    main()

@@ -59,7 +59,8 @@ def __dir__() -> list[str]:
 
 
 # -- 0.1 module paths, kept for one release -------------------------------------------------------
-# Old module -> (its new module, the module `python -m OLD` runs, whether importing warns).
+# Old module -> (its new module, what `python -m OLD` runs: a module or "module:function",
+# whether importing warns).
 # dna_video.timesformer is a public name and stays without a warning.
 MOVED: dict[str, tuple[str, str | None, bool]] = {
     "dna_video.attention": ("dna_video.models.attention", None, True),
@@ -68,15 +69,15 @@ MOVED: dict[str, tuple[str, str | None, bool]] = {
     "dna_video.mlp": ("dna_video.models.mlp", None, True),
     "dna_video.timesformer": ("dna_video.models.timesformer", None, False),
     "dna_video.vit": ("dna_video.models.vit", None, True),
-    "dna_video.probe": ("dna_video.models.probe", "dna_video.training.probe_cli", True),
+    "dna_video.probe": ("dna_video.models.probe", "dna_video.training.legacy:probe_main", True),
     "dna_video.flops": ("dna_video.models.flops", None, True),
     "dna_video.metrics": ("dna_video.tasks.metrics", None, True),
     "dna_video.views": ("dna_video.tasks.views", None, True),
     "dna_video.module": ("dna_video.tasks.video", None, True),
     "dna_video.image_module": ("dna_video.tasks.image", None, True),
     "dna_video.probe_module": ("dna_video.tasks.probe", None, True),
-    "dna_video.cli": ("dna_video.training.cli", "dna_video.training.cli", True),
-    "dna_video.image_cli": ("dna_video.training.image_cli", "dna_video.training.image_cli", True),
+    "dna_video.cli": ("dna_video.training.cli", "dna_video.training.cli:console_main", True),
+    "dna_video.image_cli": ("dna_video.training.legacy", "dna_video.training.legacy:image_main", True),
     "dna_video.runs": ("dna_video.training.runs", None, True),
     "dna_video.callbacks": ("dna_video.training.callbacks", None, True),
     "dna_video.predict": ("dna_video.tools.predict", "dna_video.tools.predict", True),
@@ -130,10 +131,15 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         # `python -m OLD` (runpy reads the code and runs it as __main__).
         new, main, _ = _moved(fullname)
         target, shown = main or new, fullname.removesuffix(".__main__")
+        module, _, function = target.partition(":")
+        now = "dna-video" if function else f"python -m {module}"
+        run = (f"from {module} import {function}\n{function}()\n" if function
+               else f"import runpy\nrunpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
         source = (
-            "import runpy, sys\n"
-            f"sys.stderr.write('note: python -m {shown} is now python -m {target} (the old path goes in 0.3)\\n')\n"
-            f"runpy.run_module({target!r}, run_name='__main__', alter_sys=True)\n"
+            "import sys\n"
+            f"sys.argv[0] = {shown!r}  # runpy leaves None for a module without a file\n"
+            f"sys.stderr.write('note: python -m {shown} is now {now} (README, Commands); the old path goes in 0.3\\n')\n"
+            + run
         )
         return compile(source, f"<moved {fullname}>", "exec")
 

@@ -1,33 +1,51 @@
-"""``python -m dna_video`` and the ``dna-video`` command: the command line of ``python cli.py``
-for an installed copy, which has no ``cli.py`` and no ``configs/`` folder beside it.
+"""The one command: ``dna-video`` (installed), ``python cli.py`` (a checkout) and ``python -m
+dna_video`` are this program.
 
-    python -m dna_video fit --config quickstart          # a config shipped with the package
-    python -m dna_video fit --config my_run.yaml         # any config file
-    python -m dna_video fit --config quickstart --print_config > my_run.yaml   # to edit one
+    dna-video fit --config quickstart            # train any task; the config's model.class_path picks it
+    dna-video {validate,test,predict} --config X # LightningCLI's other subcommands
+    dna-video predict CKPT VIDEO...              # classify files with a trained checkpoint
+    dna-video analyze {maps,subspaces} ...       # attention maps, subspace angles
+    dna-video prepare ...                        # scan, validate, transcode a dataset copy
+    dna-video checkpoints {inspect,export-hf,export-ref,card} ...
+    dna-video configs                            # the example configs shipped with the package
 
-``--config NAME`` (or ``-c NAME``) with a bare name that is not a file names one of the
-example configs of the repository's ``configs/`` folder, shipped as the package data of
-``dna_video.configs``; ``python -m dna_video configs`` lists them with their paths.
+``predict`` is the tool when its first argument is a file (a checkpoint), LightningCLI's
+``predict`` over a DataModule when it is an option (``--config ...``).
 """
 
 from __future__ import annotations
 
 import sys
 
-from dna_video.training.configs import packaged_configs, resolve_config_names
+__all__ = ["main", "TOOLS"]
 
-__all__ = ["main", "packaged_configs", "resolve_config_names"]
+# Subcommand -> the module whose main(argv) runs it.
+TOOLS = {
+    "analyze": "dna_video.tools.analyze",
+    "prepare": "dna_video.tools.prepare",
+    "checkpoints": "dna_video.tools.checkpoints",
+    "predict": "dna_video.tools.predict",
+}
 
-def main() -> None:
-    args = sys.argv[1:]
-    if args[:1] == ["configs"]:
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = args[0] if args else ""
+    if command == "configs":
+        from dna_video.training.configs import packaged_configs
+
         for name, path in packaged_configs().items():
             print(f"{name}\t{path}")
         return
-    sys.argv[1:] = resolve_config_names(args)
-    from dna_video.training.cli import main as cli_main
+    if command in TOOLS and not (command == "predict" and (len(args) < 2 or args[1].startswith("-"))):
+        import importlib
 
-    cli_main()
+        sys.exit(importlib.import_module(TOOLS[command]).main(args[1:]))
+    if command in ("-h", "--help"):
+        print(__doc__.split("\n\n")[1].strip("\n") + "\n")
+    from dna_video.training.cli import console_main
+
+    console_main(args)
 
 
 if __name__ == "__main__":

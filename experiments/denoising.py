@@ -133,7 +133,7 @@ def fit_command(cell: Cell, out: Path, quick: bool, extra: list[str]) -> list[st
     command = [
         sys.executable, str(REPO / "cli.py"), "fit", "--config", str(CONFIG),
         "--data.init_args.root", str(data_root(out, cell.level, quick)),
-        "--model.attention", cell.variant, "--seed_everything", str(cell.seed),
+        "--model.network.attention", cell.variant, "--seed_everything", str(cell.seed),
         "--trainer.logger.init_args.save_dir", str(folder.parent.parent),
         "--trainer.logger.init_args.name", cell.name, "--trainer.logger.init_args.version", "0",
         "--test_after_fit", "true",
@@ -150,9 +150,9 @@ def fit_command(cell: Cell, out: Path, quick: bool, extra: list[str]) -> list[st
     if epochs is not None:
         command += ["--trainer.max_epochs", str(epochs), "--model.lr_scheduler.init_args.T_max", str(epochs)]
     if cell.arm == "finetune":
-        command += ["--model.init_from", best_checkpoint(cell.start.folder(out))]
+        command += ["--model.init.source", best_checkpoint(cell.start.folder(out))]
         if cell.dna_init != "-":
-            command += ["--model.dna_init", cell.dna_init]
+            command += ["--model.init.dna_init", cell.dna_init]
     last = folder / "checkpoints" / "last.ckpt"
     if last.is_file():
         command += ["--ckpt_path", str(last)]  # an interrupted fit continues

@@ -78,7 +78,7 @@ def plan(args: argparse.Namespace) -> list[Run]:
             command = [
                 sys.executable, str(REPO / "cli.py"), "fit", "--config", str(REPO / config),
                 "--data.init_args.root", args.root,
-                "--model.attention", attention,
+                "--model.network.attention", attention,
                 "--seed_everything", str(seed),
                 "--trainer.logger.init_args.save_dir", str(experiment),
                 "--trainer.logger.init_args.name", name,
@@ -86,7 +86,7 @@ def plan(args: argparse.Namespace) -> list[Run]:
                 "--test_after_fit", "true",
             ]
             if args.init_from:
-                command += ["--model.init_from", args.init_from]
+                command += ["--model.init.source", args.init_from]
             if args.devices:
                 command += ["--trainer.devices", args.devices]
             if args.strategy:

@@ -15,7 +15,8 @@ import torch
 
 from dna_video.data.listfile import VideoListDataModule
 from dna_video.data.video import write_video
-from dna_video.tasks.video import VideoClassifier
+from dna_video.models.timesformer import TimeSformerSpec
+from dna_video.tasks.video import Evaluation, VideoClassifier
 
 CLASSES = ["Dark", "Bright"]
 HEIGHT, WIDTH, FRAMES = 48, 64, 10
@@ -61,10 +62,11 @@ def train_tiny_model(root: Path) -> Path:
         (root / f"{name}.txt").write_text("".join(f"{p.relative_to(root)} {label}\n" for p, label in videos))
     torch.manual_seed(0)
     model = VideoClassifier(
-        num_classes=2, num_frames=4, img_size=32, arch="tiny", attention="dna",
-        net_kwargs={"embed_dim": 16, "depth": 1, "num_heads": 2, "patch_size": 8}, drop_path_rate=0.0,
-        head_dropout=0.0, optimizer={"class_path": "torch.optim.AdamW", "init_args": {"lr": 0.01}},
-        lr_scheduler=None, view_aggregation="sum",
+        num_classes=2, num_frames=4, img_size=32,
+        network=TimeSformerSpec(arch="tiny", attention="dna", embed_dim=16, depth=1, num_heads=2, patch_size=8,
+                                drop_path_rate=0.0, head_dropout=0.0),
+        optimizer={"class_path": "torch.optim.AdamW", "init_args": {"lr": 0.01}},
+        lr_scheduler=None, evaluation=Evaluation(view_aggregation="sum"),
     )
     trainer = L.Trainer(
         accelerator="cpu", max_epochs=12, logger=False, enable_progress_bar=False, enable_model_summary=False,

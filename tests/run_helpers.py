@@ -31,7 +31,7 @@ def tiny_run_args(root, log_dir, *extra):
         "--data.init_args.batch_size=4",
         "--data.init_args.num_frames=4",
         "--data.init_args.test_num_crops=1",
-        "--model.net_kwargs={embed_dim: 16, num_heads: 2, depth: 1}",
+        "--model.network.embed_dim=16", "--model.network.num_heads=2", "--model.network.depth=1",
         "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
         f"--trainer.logger.init_args.save_dir={log_dir}",
         "--trainer.enable_progress_bar=false",

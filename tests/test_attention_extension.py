@@ -73,7 +73,7 @@ def trained(synthetic_root, tmp_path_factory):
 
     logs = tmp_path_factory.mktemp("tanh_dna")
     config = logs / "tanh_dna.yaml"
-    config.write_text(yaml.safe_dump({"model": {"attention": "tanh_dna"}}))
+    config.write_text(yaml.safe_dump({"model": {"network": {"attention": "tanh_dna"}}}))
     limits = ["--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--trainer.limit_test_batches=1"]
     cli = main(["fit", *cli_args(synthetic_root, logs, "--config", str(config), "--trainer.max_epochs=1", *limits)])
     return cli, logs / "smoke" / "version_0", limits
@@ -83,7 +83,7 @@ def test_fit_and_test_from_a_yaml_config(trained):
     cli, run, _ = trained
     blocks = cli.model.net.blocks
     assert all(type(b.attn) is TanhDnA and type(b.temporal_attn) is TanhDnA for b in blocks)
-    assert yaml.safe_load((run / "config.yaml").read_text())["model"]["attention"] == "tanh_dna"
+    assert yaml.safe_load((run / "config.yaml").read_text())["model"]["init_args"]["network"]["attention"] == "tanh_dna"
     import json
 
     metrics = json.loads((run / "test_metrics.json").read_text())

@@ -25,6 +25,7 @@ from dna_video.training.callbacks.failed_videos import FailedVideoMonitor
 from dna_video.data import FrameSampler, VideoClipDataset, VideoListDataModule, VideoRecord, collate_videos
 from dna_video.data.transforms import EvalClipTransform, TrainClipTransform
 from dna_video.data.video import VideoDecodeError, read_frames, write_video
+from dna_video.models.timesformer import TimeSformerSpec
 from dna_video.tasks.video import VideoClassifier
 
 BROKEN = ["zero_length", "truncated_mp4", "truncated_avi", "corrupt_header", "png_as_mp4", "text_as_avi"]
@@ -147,8 +148,8 @@ def test_fit_reports_unreadable_videos_at_the_end_of_each_epoch(files, tmp_path,
         str(files["good_mp4"].parent), str(classes), str(tmp_path / "train.txt"), str(tmp_path / "val.txt"),
         num_workers=0, batch_size=4, num_frames=2, sampling_rate=2, train_short_side=(32, 32), crop_size=32,
     )
-    model = VideoClassifier(num_classes=2, num_frames=2, img_size=32, arch="tiny", drop_path_rate=0.0,
-                            net_kwargs={"embed_dim": 32, "num_heads": 2, "depth": 1})
+    model = VideoClassifier(num_classes=2, num_frames=2, img_size=32,
+                            network=TimeSformerSpec(arch="tiny", drop_path_rate=0.0, embed_dim=32, num_heads=2, depth=1))
     counter = CountFailed()
     trainer = L.Trainer(max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,

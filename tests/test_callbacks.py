@@ -17,6 +17,7 @@ from dna_video.training.callbacks.failed_videos import FailedVideoMonitor
 from dna_video.training.callbacks.predictions import PREDICTION_COLUMNS, PredictionWriter, write_predictions_csv
 from dna_video.training.callbacks.throughput import DataWaitMonitor, videos_in_batch
 from dna_video.training.cli import main
+from dna_video.models.timesformer import TimeSformerSpec
 from dna_video.tasks.video import VideoClassifier
 
 FETCH_S, STEP_S = 0.1, 0.4  # mocked seconds per batch fetched and per training step
@@ -76,7 +77,7 @@ def test_clips_per_second_and_data_wait_under_a_mocked_clock(monkeypatch, tmp_pa
     clock = Clock()
     monkeypatch.setattr(time, "perf_counter", clock)
     model = VideoClassifier(
-        num_classes=3, num_frames=4, img_size=32, arch="tiny", net_kwargs={"embed_dim": 32, "depth": 1, "num_heads": 2},
+        num_classes=3, num_frames=4, img_size=32, network=TimeSformerSpec(arch="tiny", embed_dim=32, depth=1, num_heads=2),
         lr_scheduler=None,
     )
     step = model.training_step

@@ -225,7 +225,7 @@ def test_a_checkpoint_of_another_width_is_refused_with_its_geometry_and_what_to_
         "The checkpoint's geometry: {'embed_dim': 48, 'depth': 2, 'patch_size': 8, 'mlp_ratio': 2.0, 'in_chans': 3}.",
         "The model: TimeSformer(attention=softmax, embed_dim=32, depth=2, heads=2, patch=8, frames=4, img=32, classes=5).",
         "Build the model with the checkpoint's width, depth, heads and patch size "
-        "(e.g. model.arch / model.net_kwargs, or timesformer_from_checkpoint).",
+        "(e.g. model.network, or timesformer_from_checkpoint).",
     ]
 
 

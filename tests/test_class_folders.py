@@ -74,7 +74,7 @@ def test_cli_trains_and_predicts_on_class_folders(tree, tmp_path):
         f"--data.root={root}", "--data.train_list=train", "--data.val_list=val",
         "--data.num_workers=0", "--data.batch_size=2", "--data.num_frames=4", "--data.sampling_rate=2",
         "--data.train_short_side=[32, 40]", "--data.crop_size=32", "--data.test_num_crops=1",
-        "--model.arch=tiny", "--model.net_kwargs={embed_dim: 32, num_heads: 2, depth: 1}",
+        "--model.network.arch=tiny", "--model.network.embed_dim=32", "--model.network.num_heads=2", "--model.network.depth=1",
         "--trainer.accelerator=cpu", "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
         f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.logger.init_args.name=folders",
         "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
@@ -103,5 +103,5 @@ def test_kinetics_config_reads_class_folders_with_the_recipe(tree):
     assert data.class_names == facts["classes"]
     assert sorted(str(Path(r.path).relative_to(root)) for r in data.datasets["test"].records) == sorted(facts["val"])
     recipe = cli.config
-    assert (recipe.trainer.max_epochs, recipe.model.optimizer.init_args.lr, recipe.data.init_args.sampling_rate,
+    assert (recipe.trainer.max_epochs, recipe.model.init_args.optimizer.init_args.lr, recipe.data.init_args.sampling_rate,
             recipe.data.init_args.test_num_crops) == (15, 0.005, 32, 3)

@@ -23,7 +23,7 @@ def cli_args(root, log_dir, *extra):
         "--data.init_args.batch_size=4",
         "--data.init_args.num_frames=4",
         "--data.init_args.test_num_crops=3",
-        "--model.net_kwargs={embed_dim: 32, num_heads: 2, depth: 2}",
+        "--model.network.embed_dim=32", "--model.network.num_heads=2", "--model.network.depth=2",
         "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
         f"--trainer.logger.init_args.save_dir={log_dir}",
         "--trainer.logger.init_args.name=smoke",
@@ -47,7 +47,7 @@ def test_fit_then_test_writes_checkpoints_config_and_metrics(synthetic_root, tmp
     ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
     assert "last.ckpt" in ckpts and any(name.startswith("best-") for name in ckpts)
     saved = yaml.safe_load((run / "config.yaml").read_text())
-    assert saved["model"]["attention"] == "dna" and saved["data"]["init_args"]["num_frames"] == 4
+    assert saved["model"]["init_args"]["network"]["attention"] == "dna" and saved["data"]["init_args"]["num_frames"] == 4
 
     rows = read_metrics(tmp_path, "version_0")
     columns = set().union(*rows)
@@ -98,7 +98,7 @@ def test_fit_then_test_writes_checkpoints_config_and_metrics(synthetic_root, tmp
 
 
 def test_softmax_attention_is_one_option_away(synthetic_root, tmp_path):
-    cli = main(["fit", *cli_args(synthetic_root, tmp_path, "--model.attention=softmax", "--trainer.max_epochs=1",
+    cli = main(["fit", *cli_args(synthetic_root, tmp_path, "--model.network.attention=softmax", "--trainer.max_epochs=1",
                                  "--trainer.limit_train_batches=1", "--trainer.limit_val_batches=1")])
     assert not any(k.endswith("neg_scalers") for k in cli.model.state_dict())
     assert cli.trainer.current_epoch == 1
@@ -108,7 +108,11 @@ def test_help_documents_model_and_data_options(capsys):
     with pytest.raises(SystemExit):
         main(["fit", "--help"])
     text = capsys.readouterr().out
-    assert "--model.attention" in text and "--test_after_fit" in text
+    assert "--model" in text and "--test_after_fit" in text
+    with pytest.raises(SystemExit):
+        main(["fit", "--model.help", "dna_video.tasks.VideoClassifier"])
+    text = capsys.readouterr().out
+    assert "--model.network.attention" in text and "attention kind of both paths" in text
     with pytest.raises(SystemExit):
         main(["fit", "--data=dna_video.data.SyntheticSmarthome", "--data.help", "dna_video.data.SyntheticSmarthome"])
     text = capsys.readouterr().out
@@ -122,7 +126,7 @@ def test_checkpointing_off_and_a_plateau_schedule(synthetic_root, tmp_path):
                                  "--model.lr_scheduler=torch.optim.lr_scheduler.ReduceLROnPlateau",
                                  "--model.lr_scheduler.init_args.patience=0",
                                  "--model.lr_scheduler.init_args.factor=0.5",
-                                 "--model.warmup_steps=0")])
+                                 "--model.schedule.warmup_steps=0")])
     assert cli.trainer.checkpoint_callback is None
     assert not list((tmp_path / "smoke" / "version_0").rglob("*.ckpt"))
     scheduler = cli.trainer.lr_scheduler_configs[0]

@@ -14,9 +14,9 @@ import torch
 from einops import rearrange
 
 from dna_video.tasks.metrics import MeanClassAccuracy
-from dna_video.tasks.video import VideoClassifier
+from dna_video.tasks.video import Evaluation, VideoClassifier
 from dna_video.tasks.views import aggregate_views
-from dna_video.models.timesformer import resample_pos_embed, timesformer
+from dna_video.models.timesformer import TimeSformerSpec, resample_pos_embed, timesformer
 
 
 # -- mean class accuracy -------------------------------------------------------------------------
@@ -141,8 +141,8 @@ def test_forward_on_non_square_input_adds_the_resampled_pos_embed(mode, height, 
 # -- chunked multi-view evaluation ---------------------------------------------------------------
 def _classifier(chunk: int) -> VideoClassifier:
     torch.manual_seed(0)
-    model = VideoClassifier(num_classes=5, num_frames=2, img_size=16, arch="tiny", eval_chunk_size=chunk,
-                            net_kwargs={"embed_dim": 16, "num_heads": 2, "depth": 1}, lr_scheduler=None)
+    model = VideoClassifier(num_classes=5, num_frames=2, img_size=16, evaluation=Evaluation(chunk_size=chunk),
+                            network=TimeSformerSpec(arch="tiny", embed_dim=16, num_heads=2, depth=1), lr_scheduler=None)
     with torch.no_grad():  # a head that tells views apart
         model.net.head.weight.normal_()
     return model.eval()

@@ -28,18 +28,21 @@ def test_configs_resolve_to_the_paper_recipe(parser, name):
     model, the DataModule and cli.py is the paper's recipe (dna.md), as the files stated it
     in full before."""
     config = parser.parse_args(["--config", str(CONFIGS / f"{name}.yaml"), "--data.init_args.root=/data/x"]).as_dict()
-    model, data, trainer = config["model"], config["data"]["init_args"], config["trainer"]
+    model, data, trainer = config["model"]["init_args"], config["data"]["init_args"], config["trainer"]
+    assert config["model"]["class_path"] == "dna_video.tasks.VideoClassifier"
+    network, evaluation = model["network"], model["evaluation"]
     dataset, protocol = name.split("_")
     assert config["data"]["class_path"] == {"toyota": "dna_video.data.ToyotaSmarthome", "ntu60": "dna_video.data.NTURGBD60"}[dataset]
     assert data["protocol"] == protocol and data["root"] == "/data/x"
-    assert (model["arch"], model["attention"], model["drop_path_rate"], model["head_dropout"]) == ("base", "dna", 0.1, 0.5)
-    assert (model["view_aggregation"], model["aggregate"], model["init_from"], model["warmup_steps"]) == ("sum", "logits", None, 0)
+    assert (network["arch"], network["attention"], network["drop_path_rate"], network["head_dropout"]) == ("base", "dna", 0.1, 0.5)
+    assert (evaluation["view_aggregation"], evaluation["aggregate"], model["init"]["source"], model["schedule"]["warmup_steps"]) == (
+        "sum", "logits", None, 0)
     assert model["optimizer"]["class_path"] == "torch.optim.SGD"
     sgd = model["optimizer"]["init_args"]
     assert (sgd["lr"], sgd["momentum"], sgd["weight_decay"], sgd["nesterov"]) == (0.005, 0.9, 0.0001, False)
     assert model["lr_scheduler"]["class_path"] == "torch.optim.lr_scheduler.MultiStepLR"
     assert {k: model["lr_scheduler"]["init_args"][k] for k in ("milestones", "gamma")} == {"milestones": [11, 14], "gamma": 0.1}
-    assert model["lr_scheduler_interval"] == "epoch"
+    assert model["schedule"]["interval"] == "epoch"
     assert (trainer["max_epochs"], trainer["devices"], trainer["accelerator"], trainer["log_every_n_steps"]) == (15, 1, "auto", 50)
     assert trainer["logger"]["class_path"] == "lightning.pytorch.loggers.TensorBoardLogger"
     assert (trainer["logger"]["init_args"]["save_dir"], trainer["logger"]["init_args"]["name"]) == ("runs", name)
@@ -61,8 +64,8 @@ def test_configs_resolve_to_the_paper_recipe(parser, name):
 def tiny(root, log_dir, name):
     return [
         f"--data.init_args.root={root}",
-        "--model.arch=tiny",
-        "--model.net_kwargs={embed_dim: 32, num_heads: 2, depth: 1}",
+        "--model.network.arch=tiny",
+        "--model.network.embed_dim=32", "--model.network.num_heads=2", "--model.network.depth=1",
         "--data.init_args.num_frames=2",
         "--data.init_args.sampling_rate=4",
         "--data.init_args.train_short_side=[32, 40]",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from experiments import denoising
 
@@ -48,13 +49,13 @@ def test_quick_grid_end_to_end_then_resumes(tmp_path, capsys):
         else:
             assert float(row["area_distractors"]) > 0.0
             assert float(row["delta_clean"]) == pytest.approx(float(row["top1_clean"]) - float(row["top1"]), abs=1e-3)
-        config = (folder / "config.yaml").read_text()
+        config = yaml.safe_load((folder / "config.yaml").read_text())
         if row["arm"] == "finetune":  # starts from the softmax run without distractors, same seed
             start = denoising.Cell("main", "softmax", "none", int(row["seed"])).folder(out)
             start_checkpoint = json.loads((start / "summary.json").read_text())["test"]["checkpoint"]
-            assert f"init_from: {start_checkpoint}" in config
+            assert config["model"]["init_args"]["init"]["source"] == start_checkpoint
         state = torch.load(row["checkpoint"], map_location="cpu", weights_only=False)
-        assert state["hyper_parameters"]["attention"] == row["variant"]
+        assert state["hyper_parameters"]["network"]["attention"] == row["variant"]
         assert state["datamodule_hyper_parameters"]["level"] == row["level"]
     for name in ("denoising_accuracy.png", "denoising_mass.png"):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"

@@ -9,7 +9,7 @@ import torch
 
 from experiments import paper
 
-TINY = ["--", "--model.arch", "tiny", "--model.net_kwargs", "{embed_dim: 32, depth: 1}",
+TINY = ["--", "--model.network.arch", "tiny", "--model.network.embed_dim", "32", "--model.network.depth", "1",
         "--data.init_args.num_frames", "2", "--data.init_args.sampling_rate", "4",
         "--data.init_args.train_short_side", "[32,40]", "--data.init_args.crop_size", "32",
         "--data.init_args.num_workers", "0", "--data.init_args.batch_size", "4",
@@ -34,7 +34,7 @@ def test_paper_runner_fits_tests_and_tabulates_both_attentions(dataset, protocol
             logged = next(r for r in csv.DictReader(f) if r.get("test/mca"))
         assert float(row["mca"]) == float(logged["test/mca"]) and float(row["top1"]) == float(logged["test/top1"])
         state = torch.load(row["checkpoint"], weights_only=False)
-        assert state["hyper_parameters"]["attention"] == row["attention"]
+        assert state["hyper_parameters"]["network"]["attention"] == row["attention"]
         params = sum(v.numel() for k, v in state["state_dict"].items() if k.startswith("net."))
         assert float(row["params_m"]) == pytest.approx(params / 1e6)
         assert int(row["views_per_video"]) == 3  # the recipe's 1 clip x 3 crops

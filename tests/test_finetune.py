@@ -13,9 +13,12 @@ from dna_video.data.synthetic import SYNTHETIC_CLASSES
 from torch.utils.data import DataLoader
 
 from dna_video.training.cli import main
+from dna_video.checkpoints import PretrainedWeights
+from dna_video.models.timesformer import TimeSformerSpec
 from dna_video.tasks.video import VideoClassifier
 
-TINY = dict(arch="tiny", net_kwargs={"embed_dim": 32, "num_heads": 2, "depth": 2}, drop_path_rate=0.0, head_dropout=0.0)
+TINY_NET = dict(arch="tiny", embed_dim=32, num_heads=2, depth=2, drop_path_rate=0.0, head_dropout=0.0)
+TINY = dict(network=TimeSformerSpec(**TINY_NET))
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +40,7 @@ def test_init_from_our_checkpoint_adapts_class_and_frame_count(source_ckpt):
     restored = VideoClassifier.load_from_checkpoint(path)
     assert all(torch.equal(v, source[k]) for k, v in restored.net.state_dict().items())
 
-    model = VideoClassifier(num_classes=6, num_frames=4, img_size=64, init_from=str(path), **TINY)
+    model = VideoClassifier(num_classes=6, num_frames=4, img_size=64, init=PretrainedWeights(source=str(path)), **TINY)
     report = model.init_report
     assert report.container.startswith("Lightning checkpoint") and "prefix 'net.' removed" in report.notes
     assert set(report.unused) == {"head.weight", "head.bias"}
@@ -58,7 +61,7 @@ def test_init_from_our_checkpoint_adapts_class_and_frame_count(source_ckpt):
 
 def test_freeze_backbone_trains_only_the_head_in_eval_mode():
     model = VideoClassifier(num_classes=6, num_frames=4, img_size=32, freeze_backbone=True,
-                            **{**TINY, "drop_path_rate": 0.5, "head_dropout": 0.5})
+                            network=TimeSformerSpec(**{**TINY_NET, "drop_path_rate": 0.5, "head_dropout": 0.5}))
     groups = model.configure_optimizers()["optimizer"].param_groups
     assert [g["name"] for g in groups] == ["head"]
     assert {id(p) for p in groups[0]["params"]} == {id(model.net.head.weight), id(model.net.head.bias)}
@@ -102,7 +105,7 @@ def test_cli_fine_tunes_from_a_checkpoint_with_other_classes_and_frames(syntheti
     path = tmp_path / "pretrained.ckpt"
     shutil.copy(source_path, path)
     caplog.set_level("INFO", logger="dna_video")
-    cli = main(["fit", *cli_args(synthetic_root, tmp_path, f"--model.init_from={path}", "--model.freeze_backbone=true",
+    cli = main(["fit", *cli_args(synthetic_root, tmp_path, f"--model.init.source={path}", "--model.freeze_backbone=true",
                                  "--model.label_smoothing=0.1", "--trainer.max_epochs=1",
                                  "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
                                  "--trainer.limit_test_batches=2", "--trainer.log_every_n_steps=1")])
@@ -125,9 +128,9 @@ def test_cli_fine_tunes_from_a_checkpoint_with_other_classes_and_frames(syntheti
     # (--ckpt_path re-applies the saved hyper-parameters, where init_from is cleared).
     last = run / "checkpoints" / "last.ckpt"
     saved = torch.load(last, weights_only=True)
-    assert saved["hyper_parameters"]["init_from"] is None and saved["initialised_from"] == str(path)
+    assert saved["hyper_parameters"]["init"]["source"] is None and saved["initialised_from"] == str(path)
     path.unlink()
     restored = VideoClassifier.load_from_checkpoint(last)
     assert all(torch.equal(v, state[k]) for k, v in restored.net.state_dict().items())
-    main(["validate", *cli_args(synthetic_root, tmp_path, f"--model.init_from={path}", f"--ckpt_path={last}",
+    main(["validate", *cli_args(synthetic_root, tmp_path, f"--model.init.source={path}", f"--ckpt_path={last}",
                                 "--trainer.limit_val_batches=1")])

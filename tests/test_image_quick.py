@@ -11,7 +11,7 @@ from dna_video.data.images import _render
 
 
 def _fit_and_test(tmp_path, contrast: str) -> float:
-    from dna_video.training.image_cli import main
+    from dna_video.training.cli import main
 
     main(["fit", "--config", str(Path(__file__).resolve().parents[1] / "configs" / "images_quick.yaml"), f"--data.init_args.root={tmp_path / contrast}",
           f"--data.init_args.shape_contrast={contrast}", "--data.init_args.train_per_class=300",

@@ -82,7 +82,7 @@ def test_a_0_1_probe_run_tests_through_the_old_command(runs, tmp_path, synthetic
     config.write_text(yaml.safe_dump(probe_config))
     with pytest.warns(DeprecationWarning, match="dna_video.probe_module moved"):
         module = importlib.import_module("dna_video.probe_module")
-    from dna_video.training.probe_cli import main
+    from dna_video.training.legacy import probe_main as main
 
     cli = main(["test", "--config", str(config), f"--ckpt_path={run / 'checkpoints' / 'last.ckpt'}",
                 "--trainer.enable_progress_bar=false"])
@@ -91,7 +91,7 @@ def test_a_0_1_probe_run_tests_through_the_old_command(runs, tmp_path, synthetic
 
 
 def test_a_0_1_image_checkpoint_tests_through_the_old_command(runs, tmp_path):
-    from dna_video.training.image_cli import main
+    from dna_video.training.legacy import image_main as main
 
     run = runs / "image" / "version_0"
     config = _config(run, tmp_path, root=str(tmp_path / "images"))
@@ -125,13 +125,13 @@ def test_every_0_1_module_path_imports_its_new_module_with_a_warning():
 
 
 def test_old_python_m_commands_run_the_new_ones(tmp_path):
-    for old, new in [("dna_video.predict", "dna_video.tools.predict"),
-                     ("dna_video.checkpoints", "dna_video.tools.checkpoints"),
-                     ("dna_video.probe", "dna_video.training.probe_cli")]:
+    for old, new in [("dna_video.predict", "python -m dna_video.tools.predict"),
+                     ("dna_video.checkpoints", "python -m dna_video.tools.checkpoints"),
+                     ("dna_video.probe", "dna-video"), ("dna_video.image_cli", "dna-video")]:
         result = subprocess.run([sys.executable, "-m", old, "--help"], capture_output=True, text=True, cwd=tmp_path,
                                 timeout=120)
         assert result.returncode == 0, result.stderr[-2000:]
-        assert f"python -m {old} is now python -m {new}" in result.stderr
+        assert f"python -m {old} is now {new}" in result.stderr
         assert "usage:" in result.stdout
 
 

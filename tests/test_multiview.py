@@ -13,7 +13,8 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from dna_video.data import ToyotaSmarthome
 from dna_video.tasks.metrics import MeanClassAccuracy
-from dna_video.tasks.video import VideoClassifier
+from dna_video.models.timesformer import TimeSformerSpec
+from dna_video.tasks.video import Evaluation, VideoClassifier
 from dna_video.tasks.views import aggregate_views, mean_view_probs
 
 
@@ -67,8 +68,9 @@ EXPECTED = {
 
 @pytest.mark.parametrize("how, on", list(EXPECTED))
 def test_views_are_combined_per_video_and_mca_averages_present_classes(how, on):
-    model = VideoClassifier(num_classes=4, num_frames=1, img_size=16, arch="tiny", view_aggregation=how, aggregate=on,
-                            net_kwargs={"embed_dim": 16, "num_heads": 1, "depth": 1, "patch_size": 16})
+    model = VideoClassifier(num_classes=4, num_frames=1, img_size=16,
+                            evaluation=Evaluation(view_aggregation=how, aggregate=on),
+                            network=TimeSformerSpec(arch="tiny", embed_dim=16, num_heads=1, depth=1, patch_size=16))
     # The network's output is the video tensor itself: (B*V, 1, 1, 1, K) -> logits (B*V, K).
     model.net.forward = lambda x: x.flatten(1)
     videos = VIEWS[:, :, None, None, None, :]  # (B, V, C, T, H, W) with C = T = H = 1, W = K
@@ -106,8 +108,9 @@ PREDS = {"logits": {"sum": [1, 1, 2, 2], "mean": [1, 1, 2, 2], "max": [1, 1, 3, 
 
 @pytest.mark.parametrize("how, on", list(EXPECTED))
 def test_predictions_report_the_mean_views_probabilities(how, on):
-    model = VideoClassifier(num_classes=4, num_frames=1, img_size=16, arch="tiny", view_aggregation=how, aggregate=on,
-                            net_kwargs={"embed_dim": 16, "num_heads": 1, "depth": 1, "patch_size": 16})
+    model = VideoClassifier(num_classes=4, num_frames=1, img_size=16,
+                            evaluation=Evaluation(view_aggregation=how, aggregate=on),
+                            network=TimeSformerSpec(arch="tiny", embed_dim=16, num_heads=1, depth=1, patch_size=16))
     model.net.forward = lambda x: x.flatten(1)
     videos = VIEWS[:, :, None, None, None, :]
     batches = [{"video": videos[i: i + 2], "label": TARGETS[i: i + 2], "path": [f"v{i}.mp4", f"v{i + 1}.mp4"],

@@ -56,7 +56,7 @@ _OUTSIDE_SCRIPT = r"""
 import contextlib, io, json, os, runpy, sys
 from pathlib import Path
 import dna_video
-from dna_video.__main__ import packaged_configs
+from dna_video.training.configs import packaged_configs
 from dna_video.data import NTURGBD60, ToyotaSmarthome
 from dna_video.data.protocols import DATA_DIR
 
@@ -172,12 +172,13 @@ def test_installed_command_runs_a_shipped_config_by_name(outside):
     quickstart = yaml.safe_load((REPO / "configs" / "quickstart.yaml").read_text())
     assert config["data"]["class_path"] == quickstart["data"]["class_path"]
     assert config["trainer"]["max_epochs"] == quickstart["trainer"]["max_epochs"]
-    assert config["model"]["arch"] == quickstart["model"]["arch"]
-    assert config["model"]["attention"] == "dna"  # a default of the model, not stated in the file
+    network = config["model"]["init_args"]["network"]
+    assert network["arch"] == quickstart["model"]["network"]["arch"]
+    assert network["attention"] == "dna"  # a default of the model, not stated in the file
 
 
 def test_config_names_resolve_to_shipped_files_and_unknown_names_fail_clearly(tmp_path, monkeypatch):
-    from dna_video.__main__ import packaged_configs, resolve_config_names
+    from dna_video.training.configs import packaged_configs, resolve_config_names
 
     quickstart = str(packaged_configs()["quickstart"])
     assert Path(quickstart) == REPO / "configs" / "quickstart.yaml"  # a checkout: configs/ itself

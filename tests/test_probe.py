@@ -14,11 +14,13 @@ from dna_video.checkpoints import CheckpointError
 from dna_video.data.synthetic import SYNTHETIC_CLASSES
 from dna_video.tasks.video import VideoClassifier
 from dna_video.models.probe import ProbeClassifier, resolve_layers
-from dna_video.training.probe_cli import main
-from dna_video.tasks.probe import ProbeClassifierModule
-from dna_video.models.timesformer import TimeSformer
+from dna_video.training.cli import main
+from dna_video.checkpoints import PretrainedWeights
+from dna_video.models.timesformer import TimeSformer, TimeSformerSpec
+from dna_video.tasks.probe import ProbeClassifierModule, ProbeOptions
 
-BACKBONE = dict(arch="tiny", net_kwargs=GEOMETRY, drop_path_rate=0.0)  # width 32, depth 2, 2 heads
+BACKBONE_NET = dict(arch="tiny", **GEOMETRY, drop_path_rate=0.0)  # width 32, depth 2, 2 heads
+BACKBONE = dict(network=TimeSformerSpec(**BACKBONE_NET))
 
 
 def backbone(attention="dna", seed=0, **kwargs):
@@ -76,13 +78,13 @@ def test_intermediates_are_the_block_outputs_and_each_module_starts_from_its_blo
 def test_trainable_parameters_are_the_probes_modules_and_head_by_hand_count():
     d, heads, p, k, n = 32, 2, 4, 3, 2
     for kind, per_module in [("softmax", 4 * (d * d + d)), ("dna", 6 * (d * d + d) + heads)]:
-        model = ProbeClassifierModule(num_classes=k, num_frames=4, img_size=32, num_probes=p,
-                                      cross_attention=kind, **BACKBONE)
+        model = ProbeClassifierModule(num_classes=k, num_frames=4, img_size=32,
+                                      probe=ProbeOptions(num_probes=p, cross_attention=kind), **BACKBONE)
         trainable = sum(q.numel() for q in model.parameters() if q.requires_grad)
         norms = 2 * 2 * d  # norm over the probes and over the tokens
         assert trainable == p * d + n * (per_module + norms) + 2 * d + (d * k + k), kind
-        residual = ProbeClassifierModule(num_classes=k, num_frames=4, img_size=32, num_probes=p, cross_attention=kind,
-                                         interaction="residual", **BACKBONE)
+        residual = ProbeClassifierModule(num_classes=k, num_frames=4, img_size=32, **BACKBONE,
+                                         probe=ProbeOptions(num_probes=p, cross_attention=kind, interaction="residual"))
         mlp = 2 * d * 2 * d + 2 * d + d + 2 * d  # fc1, fc2 (mlp_ratio 2) and norm2
         assert sum(q.numel() for q in residual.parameters() if q.requires_grad) == trainable + n * mlp
         assert [g["name"] for g in model.configure_optimizers()["optimizer"].param_groups] == ["probe"]
@@ -91,10 +93,12 @@ def test_trainable_parameters_are_the_probes_modules_and_head_by_hand_count():
 def test_a_probe_fit_leaves_the_backbone_untouched_and_never_builds_its_graph():
     torch.manual_seed(0)
     # Drop-path and dropout in the backbone: only eval mode keeps its features fixed.
-    model = ProbeClassifierModule(num_classes=3, num_frames=4, img_size=32, num_probes=4, cross_attention="dna",
-                                  arch="tiny", net_kwargs={**GEOMETRY, "drop_rate": 0.3}, drop_path_rate=0.5,
-                                  head_dropout=0.0, optimizer={"class_path": "torch.optim.AdamW",
-                                                               "init_args": {"lr": 1e-2}}, lr_scheduler=None)
+    model = ProbeClassifierModule(num_classes=3, num_frames=4, img_size=32,
+                                  probe=ProbeOptions(num_probes=4, cross_attention="dna"),
+                                  network=TimeSformerSpec(arch="tiny", **GEOMETRY, drop_rate=0.3, drop_path_rate=0.5,
+                                                          head_dropout=0.0),
+                                  optimizer={"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-2}},
+                                  lr_scheduler=None)
     backbone_net = model.net.backbone
     before = {k: v.clone() for k, v in backbone_net.state_dict().items()}
     probe_before = {k: v.clone() for k, v in model.net.state_dict().items() if not k.startswith("backbone.")}
@@ -127,7 +131,8 @@ def test_a_probe_fit_leaves_the_backbone_untouched_and_never_builds_its_graph():
 def lightning_ckpt(tmp_path, attention="dna"):
     """A real checkpoint of this project: a tiny VideoClassifier after one training step."""
     torch.manual_seed(0)
-    model = VideoClassifier(num_classes=5, num_frames=4, img_size=32, attention=attention, **BACKBONE)
+    model = VideoClassifier(num_classes=5, num_frames=4, img_size=32,
+                            network=TimeSformerSpec(**BACKBONE_NET, attention=attention))
     data = [{"video": video(1, seed=i)[0], "label": i % 5} for i in range(2)]
     trainer = L.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False)
@@ -163,9 +168,11 @@ def test_backbone_from_each_checkpoint_kind(tmp_path, kind):
         hf = tiny_hf()
         hf.save_pretrained(tmp_path / "hf")
         path, state = tmp_path / "hf", None
-    model = ProbeClassifierModule(num_classes=3, num_frames=4, img_size=32, num_probes=4, attention=attention,
-                                  cross_attention="dna", neg_init="copy" if attention == "dna" else "scaled_copy",
-                                  init_from=str(path), **BACKBONE)
+    model = ProbeClassifierModule(num_classes=3, num_frames=4, img_size=32,
+                                  network=TimeSformerSpec(**BACKBONE_NET, attention=attention),
+                                  probe=ProbeOptions(num_probes=4, cross_attention="dna",
+                                                     neg_init="copy" if attention == "dna" else "scaled_copy"),
+                                  init=PretrainedWeights(source=str(path)))
     net = model.net.backbone
     assert model.init_report is not None and not any(p.requires_grad for p in net.parameters())
     loaded = net.state_dict()
@@ -194,9 +201,11 @@ def test_a_backbone_checkpoint_the_model_does_not_fully_use_is_refused(tmp_path)
     path = save(official(backbone("dna").state_dict()), tmp_path / "dna_k400.pyth")
     with pytest.raises(CheckpointError, match=r"(?s)20 tensors of the backbone checkpoint are not used.*"
                                               r"blocks\.0\.attn\.q_neg.*checkpoints inspect"):
-        ProbeClassifierModule(num_classes=3, num_frames=4, img_size=32, attention="softmax",
-                              init_from=str(path), **BACKBONE)
-    with pytest.raises(ValueError, match="always frozen"):
+        ProbeClassifierModule(num_classes=3, num_frames=4, img_size=32,
+                              network=TimeSformerSpec(**BACKBONE_NET, attention="softmax"),
+                              init=PretrainedWeights(source=str(path)))
+    # The backbone is always frozen: the probe takes no freeze_backbone option.
+    with pytest.raises(TypeError, match="freeze_backbone"):
         ProbeClassifierModule(num_classes=3, num_frames=4, img_size=32, freeze_backbone=True, **BACKBONE)
 
 
@@ -216,9 +225,9 @@ def test_probe_fit_and_test_through_the_command_line(synthetic_root, tmp_path):
         "--data.init_args.num_frames=4",
         "--data.init_args.crop_size=32",
         "--data.init_args.train_short_side=[32, 36]",
-        f"--model.net_kwargs={GEOMETRY}",
-        f"--model.init_from={ckpt}",
-        "--model.num_probes=4",
+        *(f"--model.network.{k}={v}" for k, v in GEOMETRY.items()),
+        f"--model.init.source={ckpt}",
+        "--model.probe.num_probes=4",
         "--trainer.logger=lightning.pytorch.loggers.CSVLogger",
         f"--trainer.logger.init_args.save_dir={tmp_path}",
         "--trainer.logger.init_args.name=probe",
@@ -248,11 +257,11 @@ def test_probe_fit_and_test_through_the_command_line(synthetic_root, tmp_path):
     ckpt.unlink()
     restored = ProbeClassifierModule.load_from_checkpoint(last)
     saved = torch.load(last, weights_only=False)
-    assert saved["hyper_parameters"]["init_from"] is None and saved["initialised_from"] == str(ckpt)
+    assert saved["hyper_parameters"]["init"]["source"] is None and saved["initialised_from"] == str(ckpt)
     assert all(torch.equal(v, cli.model.state_dict()[k]) for k, v in restored.state_dict().items())
     # One epoch: the best checkpoint tested after fit is the last one; testing it again from
     # the file gives the same figures.
-    main(["test", *args, "--model.init_from=null", f"--ckpt_path={last}"])
+    main(["test", *args, "--model.init.source=null", f"--ckpt_path={last}"])
     with open(run / "test" / "metrics.csv") as f:  # evaluations log inside the checkpoint's run
         again = next(r for r in csv.DictReader(f) if r.get("test/top1"))
     assert float(again["test/top1"]) == top1
@@ -261,11 +270,13 @@ def test_probe_fit_and_test_through_the_command_line(synthetic_root, tmp_path):
 
 def test_paper_probe_config_resolves_to_the_viscop_geometry_on_timesformer_b(synthetic_root):
     parser = main(["--config", "configs/probe_quickstart.yaml", f"--data.init_args.root={synthetic_root}",
-                   "--trainer.logger=false", "--model.init_from=null"], run=False).parser
+                   "--trainer.logger=false", "--model.init.source=null"], run=False).parser
     config = parser.parse_args(["--config", "configs/probe_paper.yaml", "--data.init_args.root=/data/x"]).as_dict()
-    model, data = config["model"], config["data"]["init_args"]
-    assert (model["arch"], model["attention"], model["num_probes"], model["probe_layers"]) == ("base", "dna", 16, None)
-    assert (model["cross_attention"], model["interaction"], model["neg_init"], model["neg_init_eps"]) == (
+    model, data = config["model"]["init_args"], config["data"]["init_args"]
+    assert config["model"]["class_path"] == "dna_video.tasks.ProbeClassifierModule"
+    network, probe = model["network"], model["probe"]
+    assert (network["arch"], network["attention"], probe["num_probes"], probe["layers"]) == ("base", "dna", 16, None)
+    assert (probe["cross_attention"], probe["interaction"], probe["neg_init"], probe["neg_init_eps"]) == (
         "dna", "replace", "scaled_copy", 1e-4)
     assert (data["num_frames"], data["crop_size"], data["protocol"]) == (8, 224, "cs")
     assert config["data"]["class_path"] == "dna_video.data.ToyotaSmarthome"

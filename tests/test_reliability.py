@@ -140,15 +140,16 @@ def test_latest_run_is_found_by_identity_not_folder_number(tmp_path):
 
 
 def test_options_against_a_checkpoint():
-    saved = {"arch": "tiny", "attention": "dna", "num_frames": 4, "view_aggregation": "sum",
-             "net_kwargs": {"depth": 2}, "init_from": None, "attention_kwargs": None}
-    same = dict(saved, init_from="vit.pth", attention_kwargs={})  # an import already in the weights
+    network = {"arch": "tiny", "attention": "dna", "depth": 2, "attention_kwargs": None}
+    saved = {"network": network, "num_frames": 4, "evaluation": {"view_aggregation": "sum"}, "init": {"source": None}}
+    # An import already in the weights, an empty dict for none.
+    same = dict(saved, init={"source": "vit.pth"}, network=dict(network, attention_kwargs={}))
     assert compare_hparams(same, saved, "run.ckpt") == []
-    warnings = compare_hparams(dict(saved, view_aggregation="max"), saved, "run.ckpt")
-    assert len(warnings) == 1 and "model.view_aggregation: given 'max', the checkpoint has 'sum'" in warnings[0]
+    warnings = compare_hparams(dict(saved, evaluation={"view_aggregation": "max"}), saved, "run.ckpt")
+    assert len(warnings) == 1 and "model.evaluation.view_aggregation: given 'max', the checkpoint has 'sum'" in warnings[0]
     with pytest.raises(RestoreError) as info:
-        compare_hparams(dict(saved, attention="softmax", net_kwargs={"depth": 4}), saved, "run.ckpt")
-    assert "model.attention: given 'softmax'" in str(info.value) and "model.net_kwargs" in str(info.value)
+        compare_hparams(dict(saved, network=dict(network, attention="softmax", depth=4)), saved, "run.ckpt")
+    assert "model.network.attention: given 'softmax'" in str(info.value) and "model.network.depth" in str(info.value)
 
 
 def test_empty_split_stops_at_setup_naming_split_root_and_protocol(tmp_path):
@@ -178,7 +179,7 @@ def tiny_args(root, log_dir, *extra):
     return tiny_run_args(
         root, log_dir,
         "--data.init_args.val_num_crops=1",
-        "--model.warmup_steps=0",
+        "--model.schedule.warmup_steps=0",
         "--trainer.logger.init_args.name=exp",
         "--trainer.num_sanity_val_steps=0",
         "--trainer.limit_val_batches=1",

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from dna_video.training.cli import main
+from dna_video.models.timesformer import TimeSformerSpec
 from dna_video.tasks.video import VideoClassifier
 from test_cli import cli_args
 
@@ -34,8 +35,9 @@ def test_bf16_mixed_precision_trains_from_the_cli(synthetic_root, tmp_path):
                     reason="torch.compile's CPU backend needs a C compiler")
 def test_compile_keeps_parameter_names_and_outputs():
     torch.manual_seed(0)
-    kwargs = dict(num_classes=5, arch="tiny", num_frames=4, img_size=32)
-    compiled, eager = VideoClassifier(compile=True, **kwargs), VideoClassifier(**kwargs)
+    kwargs = dict(num_classes=5, num_frames=4, img_size=32)
+    compiled = VideoClassifier(network=TimeSformerSpec(arch="tiny", compile=True), **kwargs)
+    eager = VideoClassifier(network=TimeSformerSpec(arch="tiny"), **kwargs)
     # Checkpoints of a compiled run load into an eager model and back: same keys.
     assert list(compiled.state_dict()) == list(eager.state_dict())
     eager.load_state_dict(compiled.state_dict())

@@ -16,25 +16,25 @@ def test_attention_per_path_from_yaml_and_command_line(synthetic_root, tmp_path)
     assert all(isinstance(b.temporal_attn, DifferentialAttention) and isinstance(b.attn, CogAttention) for b in blocks)
     assert all(b.attn.keeps_softmax for b in blocks)  # 2 blocks: both are the first or the last
     cli = main([*cli_args(synthetic_root, tmp_path), "--config", str(config),
-                "--model.attention_kwargs={cog_softmax_ends: false}"], run=False)
+                "--model.network.attention_kwargs={cog_softmax_ends: false}"], run=False)
     assert not any(b.attn.keeps_softmax for b in cli.model.net.blocks)
     # The command line overrides the YAML, per path; one value sets both.
     cli = main([*cli_args(synthetic_root, tmp_path), "--config", str(config),
-                "--model.spatial_attention=dna", "--model.temporal_attention=softmax"], run=False)
+                "--model.network.spatial_attention=dna", "--model.network.temporal_attention=softmax"], run=False)
     assert all(isinstance(b.attn, DenoisingAttention) and type(b.temporal_attn) is SoftmaxAttention
                for b in cli.model.net.blocks)
-    cli = main([*cli_args(synthetic_root, tmp_path), "--model.attention=dna_shared_v"], run=False)
+    cli = main([*cli_args(synthetic_root, tmp_path), "--model.network.attention=dna_shared_v"], run=False)
     assert all(isinstance(b.attn, SharedValueDnA) and isinstance(b.temporal_attn, SharedValueDnA)
                for b in cli.model.net.blocks)
 
 
 def test_fit_with_a_variant_per_path_saves_and_restores_it(synthetic_root, tmp_path):
-    cli = main(["fit", *cli_args(synthetic_root, tmp_path, "--model.temporal_attention=softmax",
-                                 "--model.spatial_attention=diff", "--trainer.max_epochs=1",
+    cli = main(["fit", *cli_args(synthetic_root, tmp_path, "--model.network.temporal_attention=softmax",
+                                 "--model.network.spatial_attention=diff", "--trainer.max_epochs=1",
                                  "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1")])
     assert cli.trainer.current_epoch == 1
     run = tmp_path / "smoke" / "version_0"
-    saved = yaml.safe_load((run / "config.yaml").read_text())["model"]
+    saved = yaml.safe_load((run / "config.yaml").read_text())["model"]["init_args"]["network"]
     assert saved["temporal_attention"] == "softmax" and saved["spatial_attention"] == "diff"
     from dna_video.tasks.video import VideoClassifier
 

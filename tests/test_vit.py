@@ -74,7 +74,7 @@ def test_timm_vit_checkpoint_into_dna_vit_reports_the_negative_branch(tmp_path):
 
 
 def test_image_fit_and_test_through_the_cli(tmp_path):
-    from dna_video.training.image_cli import main
+    from dna_video.training.cli import main
 
     root = tmp_path / "images"
     main(["fit", "--config", "configs/images_quick.yaml", f"--data.init_args.root={root}",

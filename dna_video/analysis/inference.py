@@ -30,6 +30,7 @@ from torch import Tensor
 
 from dna_video.checkpoints import CheckpointError, timesformer_from_checkpoint
 from dna_video.checkpoints.layouts import infer_geometry
+from dna_video.checkpoints.upgrade import upgrade_checkpoint
 from dna_video.data.datamodule import VideoDataModule
 from dna_video.data.sampling import FrameSampler
 from dna_video.data.transforms import EvalClipTransform
@@ -146,13 +147,13 @@ def load_model(path: str | Path, num_heads: int | None = None, warn_defaults: bo
         raise FileNotFoundError(f"checkpoint not found: {path}")
     lightning = _load_lightning(path)
     if lightning is not None:
-        hparams = dict(lightning["hyper_parameters"])
+        hparams = dict(upgrade_checkpoint(lightning)["hyper_parameters"])
         state = {k.removeprefix("net."): v for k, v in lightning["state_dict"].items() if k.startswith("net.")}
         kwargs = infer_geometry(state, None, hparams)
         net = TimeSformer(**kwargs)
         net.load_state_dict(state)
         names = lightning.get("class_names")
-        aggregate = hparams.get("aggregate", "logits")
+        aggregate = (hparams.get("evaluation") or {}).get("aggregate", hparams.get("aggregate", "logits"))
         if lightning.get("datamodule_hyper_parameters"):
             settings = _settings_from_arguments(dict(lightning["datamodule_hyper_parameters"]))
             settings_from = "the checkpoint"

@@ -25,7 +25,7 @@ from dna_video.checkpoints.dna_init import DNA_INIT_POLICIES, init_negative_bran
 from dna_video.checkpoints.export import export_huggingface, export_reference
 from dna_video.checkpoints.io import CheckpointError, RawCheckpoint, read_checkpoint
 from dna_video.checkpoints.layouts import detect_layout, hf_config_to_kwargs, infer_geometry
-from dna_video.checkpoints.loading import initialise_missing, load_image_checkpoint, load_pretrained, read_official, timesformer_from_checkpoint
+from dna_video.checkpoints.loading import PretrainedWeights, initialise_missing, load_image_checkpoint, load_pretrained, read_official, timesformer_from_checkpoint
 from dna_video.checkpoints.outcomes import Entry, Outcome, Reason, Step
 from dna_video.checkpoints.load_report import LoadReport
 
@@ -36,6 +36,7 @@ __all__ = [
     "ImportOptions",
     "LoadReport",
     "Outcome",
+    "PretrainedWeights",
     "RawCheckpoint",
     "Reason",
     "Step",

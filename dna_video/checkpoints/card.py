@@ -17,6 +17,7 @@ from dna_video.models.flops import view_cost
 from dna_video.checkpoints.io import CheckpointError, load_torch_file
 from dna_video.checkpoints.loading import timesformer_from_checkpoint
 from dna_video.checkpoints.run_summary import read_summary
+from dna_video.checkpoints.upgrade import upgrade_checkpoint
 
 __all__ = ["model_card"]
 
@@ -47,7 +48,8 @@ def model_card(checkpoint: str | Path) -> str:
     config_file = run / "config.yaml"
     config = yaml.safe_load(config_file.read_text()) if config_file.is_file() else {}
     summary = read_summary(run)
-    hparams = state["hyper_parameters"]
+    hparams = upgrade_checkpoint(state)["hyper_parameters"]
+    network, evaluation = hparams.get("network") or {}, hparams.get("evaluation") or {}
     data = config.get("data") or {}
     data_args = data.get("init_args") or {}
     trainer = config.get("trainer") or {}
@@ -61,25 +63,25 @@ def model_card(checkpoint: str | Path) -> str:
     name = (trainer.get("logger") or {}).get("init_args", {}).get("name") or run.name
 
     lines = [
-        f"# {name}: TimeSformer with {hparams.get('attention', '?')} attention, {dataset}"
+        f"# {name}: TimeSformer with {network.get('attention', '?')} attention, {dataset}"
         + (f" {protocol}" if protocol else ""),
         "",
         "Video action recognition with a divided space-time TimeSformer; attention: "
-        f"`{hparams.get('attention')}` (DnA = Denoising Attention, Campos et al., ECCV 2026). "
+        f"`{network.get('attention')}` (DnA = Denoising Attention, Campos et al., ECCV 2026). "
         "Trained with [dna-video](https://github.com/).",
         "",
         "## Model",
         "",
         "| | |",
         "|---|---|",
-        f"| architecture | `{hparams.get('arch')}`: width {model.embed_dim}, depth {len(model.blocks)}, "
+        f"| architecture | `{network.get('arch')}`: width {model.embed_dim}, depth {len(model.blocks)}, "
         f"{model.blocks[0].attn.num_heads} heads, patch {model.patch_size} |",
         f"| input | {model.num_frames} frames x {model.img_size} x {model.img_size} |",
         f"| classes | {model.num_classes} |",
         f"| parameters | {cost.parameters / 1e6:.2f} M |",
         f"| cost per view | {cost.gmacs:.1f} GFLOPs (multiply-adds, torch's counter) |",
         f"| views per video | {views} ({cost.gmacs * views:.1f} GFLOPs per video) |",
-        f"| started from | `{state.get('initialised_from') or hparams.get('init_from') or 'scratch'}` |",
+        f"| started from | `{state.get('initialised_from') or (hparams.get('init') or {}).get('source') or 'scratch'}` |",
         "",
         "## Data",
         "",
@@ -87,8 +89,8 @@ def model_card(checkpoint: str | Path) -> str:
         + f"; {data_args.get('num_frames')} frames at sampling rate {data_args.get('sampling_rate')} "
         f"({data_args.get('target_fps')} fps), crop {data_args.get('crop_size')}, mean {data_args.get('mean')}, "
         f"std {data_args.get('std')}; evaluation on {data_args.get('test_num_clips')} clip(s) x "
-        f"{data_args.get('test_num_crops')} crop(s), views combined by {hparams.get('view_aggregation')} of "
-        f"{hparams.get('aggregate')}.",
+        f"{data_args.get('test_num_crops')} crop(s), views combined by {evaluation.get('view_aggregation')} of "
+        f"{evaluation.get('aggregate')}.",
     ]
     if class_names:
         lines += ["", f"Classes (label order): {', '.join(class_names)}."]

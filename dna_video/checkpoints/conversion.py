@@ -218,7 +218,7 @@ def _geometry_hint(state: dict[str, Tensor], raw: RawCheckpoint, target: TargetM
     return (
         f"\nThe checkpoint's geometry: {shown}.\nThe model: {target.description}.\n"
         "Build the model with the checkpoint's width, depth, heads and patch size "
-        "(e.g. model.arch / model.net_kwargs, or timesformer_from_checkpoint)."
+        "(e.g. model.network, or timesformer_from_checkpoint)."
     )
 
 

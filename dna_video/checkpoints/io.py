@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from dna_video.checkpoints.errors import CheckpointError
 from dna_video.checkpoints.sources import resolve_source
+from dna_video.checkpoints.upgrade import FORMAT_KEY, upgrade_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +204,9 @@ def read_checkpoint(path: str | Path, weights_only: bool | None = None) -> RawCh
     hparams = None
     if isinstance(obj, dict) and "pytorch-lightning_version" in obj:
         container = f"Lightning checkpoint (lightning {obj['pytorch-lightning_version']})"
-        hparams = dict(obj.get("hyper_parameters") or {}) or None
+        # In the current format (a 0.1 checkpoint's options renamed; dna_video.checkpoints.upgrade).
+        hparams = dict(upgrade_checkpoint({"hyper_parameters": dict(obj.get("hyper_parameters") or {}),
+                                           FORMAT_KEY: obj.get(FORMAT_KEY, 1)})["hyper_parameters"]) or None
     notes: list[str] = []
     if hparams is not None and any(k.startswith("net.") for k in obj["state_dict"]):
         # This project's VideoClassifier: the network is `net`. (Checkpoints written before

@@ -35,9 +35,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dna_video.models.timesformer import PRESETS, TimeSformer
+from dna_video.models.timesformer import PRESETS, TimeSformer, TimeSformerSpec
 from dna_video.models.attention import CheckpointExtra, attention_kind, attention_kinds
 from dna_video.checkpoints.io import CheckpointError
+from dna_video.checkpoints.upgrade import upgrade_model_options
 from dna_video.checkpoints.outcomes import Reason, Step
 
 __all__ = [
@@ -350,19 +351,29 @@ def hf_config_from_model(model: TimeSformer, id2label: dict[int, str] | None = N
 
 
 def _hparams_kwargs(hparams: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Geometry stated by one of our Lightning checkpoints (VideoClassifier hyper-parameters);
-    None when there are none or they name no preset."""
+    """Geometry stated by one of our Lightning checkpoints (a video or probe module's
+    hyper-parameters, current format: the ``network`` spec); None when there are none or they
+    name no preset."""
     if hparams is None:
         return None
-    arch = hparams.get("arch")
-    if arch not in PRESETS:
+    hparams = upgrade_model_options(hparams)  # a 0.1 checkpoint's options in their 0.2 names
+    network = hparams.get("network")
+    if not isinstance(network, dict) or network.get("arch", "base") not in PRESETS:
         return None
-    kwargs = {**PRESETS[arch], **(hparams.get("net_kwargs") or {})}
-    for key in ("num_classes", "num_frames", "img_size", "attention", "attention_kwargs",
-                "temporal_attention", "spatial_attention"):
+    kwargs = TimeSformerSpec.of(network).kwargs()
+    for key in ("num_classes", "num_frames", "img_size"):
         if key in hparams:
             kwargs[key] = hparams[key]
-    return kwargs
+    return {k: v for k, v in kwargs.items() if k in _GEOMETRY_KEYS}
+
+
+# What a checkpoint's hyper-parameters say about the network's tensors (dropout rates,
+# checkpointing and compiling are how it runs, not what it holds).
+_GEOMETRY_KEYS = {
+    "num_classes", "num_frames", "img_size", "patch_size", "in_chans", "embed_dim", "depth", "num_heads",
+    "mlp_ratio", "qkv_bias", "attention", "attention_kwargs", "temporal_attention", "spatial_attention",
+    "embed_interpolation", "norm_eps",
+}
 
 
 def infer_geometry(

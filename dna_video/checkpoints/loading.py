@@ -8,6 +8,7 @@ negative branch by policy)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from dna_video.checkpoints.load_report import LoadReport
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "PretrainedWeights",
     "LoadReport", "load_pretrained", "load_image_checkpoint", "initialise_missing", "read_official",
     "timesformer_from_checkpoint",
 ]
@@ -49,6 +51,59 @@ def read_official(
     raw = _as_raw(source, weights_only)
     layout = detect_layout(raw.state_dict, where=raw.path)
     return OfficialCheckpoint(raw, layout, *to_official(raw.state_dict, layout))
+
+
+@dataclass
+class PretrainedWeights:
+    """Where a model's weights start and how the import adapts them (a fine-tuning run's
+    ``model.init``); see :func:`load_pretrained` for each option.
+
+    Args:
+        source: checkpoint to initialise the network from, in any supported layout (timm ViT,
+            official TimeSformer ``.pyth``, DnA reference or DnA-ViT, Hugging Face folder or state
+            dict, this project's ``.ckpt``; a local path, a Hugging Face Hub id such as
+            ``facebook/timesformer-base-finetuned-k400``, or a URL, fetched once into the standard
+            cache), adapted to the model: head re-initialised when the class count differs,
+            ``time_embed`` / ``pos_embed`` resampled when the frame count / resolution differs.
+            Not a resume: that is ``--ckpt_path``. null: the model's own initialisation.
+        strict: fail unless every tensor of the network comes from ``source`` and every tensor of
+            ``source`` is used.
+        dna_init: DnA's Q-, V- when ``source`` has none: ``random`` (the reference),
+            ``scaled_copy`` (eps * Q+, eps * V+) or ``orthogonal`` (V- orthogonal to V+ per head).
+        dna_init_eps: eps of ``scaled_copy``.
+        negate_v_neg: negate V- (checkpoints of implementations that subtract the negative branch).
+        pos_interpolation: ``pos_embed`` resampling (``bicubic``, ``bilinear``, ``nearest``, ``flat_nearest``).
+        time_interpolation: ``time_embed`` resampling (``linear``, ``nearest``).
+    """
+
+    source: str | None = None
+    strict: bool = False
+    dna_init: str = "random"
+    dna_init_eps: float = 1e-4
+    negate_v_neg: bool = False
+    pos_interpolation: str = "bicubic"
+    time_interpolation: str = "linear"
+
+    def __post_init__(self) -> None:
+        # jsonargparse hands a `null` given on the command line over a config's path as the
+        # string "None" (nested options of a class_path's init_args).
+        if self.source in ("None", "null", ""):
+            self.source = None
+
+    @classmethod
+    def of(cls, value: "PretrainedWeights | dict[str, Any] | None") -> "PretrainedWeights":
+        """From itself, a dict of its fields (hyper-parameters as saved) or None (no import)."""
+        if value is None:
+            return cls()
+        return value if isinstance(value, cls) else cls(**value)
+
+    def load_into(self, model: TimeSformer) -> LoadReport | None:
+        """Import :attr:`source` into ``model`` (None when there is no source)."""
+        if not self.source:
+            return None
+        return load_pretrained(model, self.source, strict=self.strict, dna_init=self.dna_init,
+                               dna_init_eps=self.dna_init_eps, negate_v_neg=self.negate_v_neg,
+                               pos_interpolation=self.pos_interpolation, time_interpolation=self.time_interpolation)
 
 
 @torch.no_grad()

@@ -169,6 +169,10 @@ class VideoDataModule(L.LightningDataModule):
             file's path.
     """
 
+    #: Model arguments the data fixes: model argument -> this class's argument (the command
+    #: line sets them from the data, so a config never states them twice).
+    MODEL_INPUTS = {"num_frames": "num_frames", "img_size": "crop_size"}
+
     def __init__(
         self,
         root: str,

@@ -44,6 +44,9 @@ class ImageFolderDataModule(L.LightningDataModule):
         min_crop_scale: smallest area share of RandomResizedCrop (0.08 as in ImageNet training).
     """
 
+    #: Model arguments the data fixes (model argument -> this class's argument).
+    MODEL_INPUTS = {"img_size": "img_size"}
+
     def __init__(
         self,
         root: str,

@@ -4,8 +4,9 @@ fc1 -> GELU -> fc2, as timm's ``Mlp`` (same parameter names ``fc1``, ``fc2``), e
 GELU output is not kept for backward: fc2's weight gradient needs it, and plain autograd keeps
 it next to fc1's output, two (tokens x 4D) tensors per block. Here only fc1's output is kept
 and the GELU is recomputed from it in backward: one elementwise pass, no GEMM. That is 4D of
-the ~24D floats per token a TimeSformer block keeps (-17% activation memory), for about 1% more
-time.
+the ~24D floats per token a TimeSformer block keeps (-17% activation memory), for one more
+elementwise pass in backward (its measured cost: ``benchmarks/README.md``, "Why the code is the
+way it is").
 """
 
 from __future__ import annotations

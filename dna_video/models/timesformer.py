@@ -20,6 +20,7 @@ knows nothing of Lightning or datasets.
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import torch
@@ -35,6 +36,7 @@ from dna_video.models.init import init_module
 
 __all__ = [
     "TimeSformer",
+    "TimeSformerSpec",
     "DividedSpaceTimeBlock",
     "PRESETS",
     "timesformer",
@@ -328,6 +330,87 @@ class TimeSformer(nn.Module):
     def attention_modules(self) -> dict[str, Attention]:
         """Every attention module by its parameter-name prefix, e.g. ``blocks.3.temporal_attn``."""
         return {name: m for name, m in self.named_modules() if isinstance(m, Attention)}
+
+
+@dataclass
+class TimeSformerSpec:
+    """A TimeSformer described by a preset and what differs from it (the part of a model's
+    configuration that is the network; the data fixes the classes, frames and resolution).
+
+    Args:
+        arch: architecture preset (:data:`PRESETS`): ``tiny`` (CPU tests), ``small`` (ViT-S/16),
+            ``base`` (ViT-B/16, the paper's TimeSformer-B).
+        attention: attention kind of both paths (a registered kind: ``dna``, ``softmax``, the
+            paper's comparison variants; ``docs/variants.md``).
+        temporal_attention: attention kind of the temporal path only (null: ``attention``).
+        spatial_attention: attention kind of the spatial path only (null: ``attention``).
+        attention_kwargs: arguments of the attention kinds in use, each kind taking its own
+            (e.g. ``{alpha_init: 0.5}``); one no kind takes is an error.
+        embed_dim: token width (null: the preset's).
+        depth: number of blocks (null: the preset's).
+        num_heads: attention heads (null: the preset's).
+        patch_size: square patch side (null: the preset's).
+        mlp_ratio: MLP hidden width / width (null: 4).
+        qkv_bias: bias on the attention projections (null: true).
+        in_chans: input channels (null: 3).
+        drop_rate: dropout inside the MLP and after attention projections (null: 0).
+        attn_drop_rate: dropout on attention weights (null: 0; keep 0 for the fused kernels).
+        drop_path_rate: stochastic depth at the last block, linear over depth.
+        head_dropout: dropout before the classification head (0.5 in the fine-tuning recipe).
+        embed_interpolation: how pos/time embeddings follow another input geometry (null: nearest).
+        norm_eps: LayerNorm epsilon (null: 1e-6).
+        grad_checkpointing: recompute each block in backward to save activation memory.
+        compile: ``torch.compile`` the network in place (parameter names unchanged).
+    """
+
+    arch: str = "base"
+    attention: str = "dna"
+    temporal_attention: str | None = None
+    spatial_attention: str | None = None
+    attention_kwargs: dict[str, Any] | None = None
+    embed_dim: int | None = None
+    depth: int | None = None
+    num_heads: int | None = None
+    patch_size: int | None = None
+    mlp_ratio: float | None = None
+    qkv_bias: bool | None = None
+    in_chans: int | None = None
+    drop_rate: float | None = None
+    attn_drop_rate: float | None = None
+    drop_path_rate: float = 0.1
+    head_dropout: float = 0.5
+    embed_interpolation: str | None = None
+    norm_eps: float | None = None
+    grad_checkpointing: bool = False
+    compile: bool = False
+
+    @classmethod
+    def of(cls, value: "TimeSformerSpec | dict[str, Any] | None") -> "TimeSformerSpec":
+        """A spec from itself, a dict of its fields (hyper-parameters as saved) or None (defaults)."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        unknown = sorted(set(value) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"network: unknown option(s) {unknown}; the options are {[f.name for f in fields(cls)]}")
+        return cls(**value)
+
+    def kwargs(self, **data: Any) -> dict[str, Any]:
+        """:class:`TimeSformer` arguments: the preset, this spec's choices, then ``data``
+        (``num_classes``, ``num_frames``, ``img_size``)."""
+        if self.arch not in PRESETS:
+            raise ValueError(f"unknown arch {self.arch!r}; choose one of {sorted(PRESETS)}")
+        own = {k: v for k, v in asdict(self).items() if v is not None and k not in ("arch", "head_dropout", "compile")}
+        own["head_drop_rate"] = self.head_dropout
+        return {**PRESETS[self.arch], **own, **data}
+
+    def build(self, num_classes: int, num_frames: int, img_size: int) -> "TimeSformer":
+        net = TimeSformer(**self.kwargs(num_classes=num_classes, num_frames=num_frames, img_size=img_size))
+        if self.compile:
+            # In place (nn.Module.compile): parameter names and checkpoints stay unchanged.
+            net.compile()
+        return net
 
 
 def timesformer(arch: str = "base", **kwargs: Any) -> TimeSformer:

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import lightning as L
 import torch.nn.functional as F
 from lightning.pytorch.cli import OptimizerCallable
 from torch import Tensor
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from dna_video.tasks.video import _as_callable
 from dna_video.checkpoints import load_image_checkpoint
 from dna_video.models.attention import negative_branch_weights
 from dna_video.models.vit import vision_transformer
+from dna_video.tasks.base import TaskModule
 
 __all__ = ["ImageClassifier"]
 
@@ -28,7 +27,7 @@ __all__ = ["ImageClassifier"]
 RECIPE_OPTIMIZER = {"class_path": "torch.optim.AdamW", "init_args": {"lr": 1e-3, "weight_decay": 0.075}}
 
 
-class ImageClassifier(L.LightningModule):
+class ImageClassifier(TaskModule):
     """Image classification with timm's ViT and our attention in every block.
 
     Args:
@@ -52,6 +51,8 @@ class ImageClassifier(L.LightningModule):
         dna_init: DnA's Q-, V- when ``init_from`` has none: ``random``, ``scaled_copy``, ``orthogonal``.
     """
 
+    init_source_key = "init_from"
+
     def __init__(
         self,
         num_classes: int,
@@ -69,14 +70,13 @@ class ImageClassifier(L.LightningModule):
         init_from: str | None = None,
         dna_init: str = "random",
     ) -> None:
-        super().__init__()
-        self.save_hyperparameters(ignore=["optimizer"])
+        super().__init__(optimizer)
+        self.save_plain_hyperparameters()
         self.net = vision_transformer(
             arch, attention=attention, attention_kwargs=attention_kwargs, num_classes=num_classes,
             img_size=img_size, drop_path_rate=drop_path_rate, **(net_kwargs or {}),
         )
         self.init_report = load_image_checkpoint(self.net, init_from, dna_init=dna_init) if init_from else None
-        self.optimizer = _as_callable(optimizer)
         self.label_smoothing = label_smoothing
         self.train_top1 = MulticlassAccuracy(num_classes, average="micro")
         metrics = MetricCollection({
@@ -88,13 +88,6 @@ class ImageClassifier(L.LightningModule):
 
     def forward(self, images: Tensor) -> Tensor:
         return self.net(images)
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # The weights hold the import: restoring must not read init_from again.
-        hparams = checkpoint.get("hyper_parameters")
-        if hparams and hparams.get("init_from"):
-            checkpoint["initialised_from"] = hparams["init_from"]
-            hparams["init_from"] = None
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         images, target = batch

@@ -123,7 +123,7 @@ def run_subspaces(checkpoint: str, out: str, reference: str | None = None, k: in
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m dna_video.tools.analyze", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="dna-video analyze", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     maps = commands.add_parser("maps", help="attention maps of both branches over a video's frames",

@@ -29,7 +29,7 @@ from dna_video.checkpoints.loading import timesformer_from_checkpoint
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m dna_video.checkpoints",
+        prog="dna-video checkpoints",
         description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -186,7 +186,7 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m dna_video.tools.predict",
+        prog="dna-video predict",
         description="Top-k class predictions of a checkpoint for video files, folders or list files.",
     )
     parser.add_argument("checkpoint", help="this project's .ckpt (or any checkpoint the importer reads)")

@@ -241,7 +241,7 @@ def _summary(results: list[dict], key: str = "status") -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m dna_video.tools.prepare",
+        prog="dna-video prepare",
         description="Scan a dataset copy, report per protocol, validate every video, transcode to H.264 mp4.",
     )
     parser.add_argument("dataset", choices=DATASETS, help="the dataset's layout (videos: any video files)")

@@ -19,16 +19,20 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import logging
 import os
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 # jsonargparse >= 4.49 makes lightning's CLI print deprecation warnings; set before import.
 os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
-from lightning.pytorch import Trainer
+import torch
+from lightning.pytorch import LightningDataModule, Trainer
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar, ThroughputMonitor
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import CSVLogger
@@ -44,8 +48,10 @@ from dna_video.data import listfile, ntu, smarthome, synthetic  # noqa: F401  (D
 from dna_video.training.callbacks.guard import NonFiniteError, NonFiniteGuard
 from dna_video.training.callbacks.run_state import RunState
 from dna_video.checkpoints.run_summary import fit_summary
-from dna_video.data.datamodule import VideoDataModule
-from dna_video.tasks.video import VideoClassifier
+from dna_video.checkpoints.upgrade import upgrade_checkpoint
+from dna_video.tasks import ImageClassifier, ProbeClassifierModule, TaskModule, VideoClassifier  # noqa: F401
+from dna_video.data.images import ImageFolderDataModule, SyntheticImageFolder  # noqa: F401
+from dna_video.training.configs import resolve_config_names, upgrade_0_1_command_line
 from dna_video.training.runs import AtomicCheckpointIO, Experiment, keep_csv_metrics, prepare_restore
 
 # What every run does unless its config says otherwise; the recipe's 15 epochs among them.
@@ -59,9 +65,8 @@ RUN_DEFAULTS = {
 
 class DnACLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
-        parser.link_arguments("data.init_args.num_frames", "model.num_frames")
-        parser.link_arguments("data.init_args.crop_size", "model.img_size")
+        parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
+        parser.set_defaults({"model": {"class_path": self.default_model}})
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(NonFiniteGuard, "nonfinite")
         parser.set_defaults(
@@ -79,17 +84,37 @@ class DnACLI(LightningCLI):
             help="After fit, test the best checkpoint (fit subcommand only).",
         )
 
+    def __init__(self, *args: Any, default_model: str, **kwargs: Any) -> None:
+        self.default_model = default_model
+        super().__init__(*args, **kwargs)
+
     def _parse_ckpt_path(self) -> None:
-        # Before Lightning overwrites the model options with the checkpoint's: `last` found by
-        # run identity, the file checked, differing options reported (dna_video.training.runs).
+        # Before the model options are replaced by the checkpoint's: `last` found by run
+        # identity, the file checked, differing options reported (dna_video.training.runs).
         subcommand = self.config.get("subcommand")
-        if subcommand:
-            for line in prepare_restore(self.config[subcommand], subcommand):
-                log.warning(line)
-        super()._parse_ckpt_path()
+        if not subcommand:
+            return
+        config = self.config[subcommand]
+        _apply_model_inputs(config)  # the data's frames and size, as the run had them
+        for line in prepare_restore(config, subcommand):
+            log.warning(line)
+        ckpt_path = config.get("ckpt_path")
+        if not ckpt_path or not Path(ckpt_path).is_file():
+            return
+        # As Lightning does (the checkpoint's hyper-parameters over the command line), for a
+        # checkpoint of any format: upgraded first, its task class kept.
+        checkpoint = upgrade_checkpoint(torch.load(ckpt_path, weights_only=True, map_location="cpu"))
+        hparams = dict(checkpoint.get("hyper_parameters") or {})
+        hparams.pop("_instantiator", None)
+        if hparams:
+            class_path = hparams.pop("_class_path", None) or config.model.class_path
+            self.config = self.parser.parse_object(
+                {subcommand: {"model": {"class_path": class_path, "init_args": hparams}}}, self.config
+            )
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
+        _apply_model_inputs(config)
         experiment = Experiment.from_logger_config(config.trainer.get("logger"), config.trainer.get("default_root_dir"))
         callbacks = [
             FailedVideoMonitor(),  # {stage}/failed_videos and one warning per epoch naming them
@@ -164,17 +189,44 @@ def _quiet_noise() -> None:
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoAdverts())
     # Raised inside Lightning (utilities/_pytree.py) by torch >= 2.10 on every run; nothing to act on.
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+    # main() hands LightningCLI the command line it rewrote (config names, 0.1 option names).
+    warnings.filterwarnings("ignore", message=r"LightningCLI's args parameter is intended")
     # A CSVLogger opening a run folder again (resume, evaluation): RunState keeps its metrics.
     warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
 
 
-def main(args: list[str] | None = None, run: bool = True, model_class: type = VideoClassifier) -> DnACLI:
-    """The command line of ``cli.py``; ``model_class``: the LightningModule it drives (e.g. the probe's)."""
+def _apply_model_inputs(config: Any) -> None:
+    """Set the model arguments the data fixes (``MODEL_INPUTS`` of the DataModule class, e.g.
+    frames and crop size) from the data's, for the arguments the model class takes."""
+    data, model = config.get("data"), config.get("model")
+    if not data or not model or not data.get("class_path") or not model.get("class_path"):
+        return
+    data_class, model_class = _import(data.class_path), _import(model.class_path)
+    takes = inspect.signature(model_class).parameters
+    for model_arg, data_arg in getattr(data_class, "MODEL_INPUTS", {}).items():
+        if model_arg in takes and data_arg in data.init_args:
+            model.init_args[model_arg] = data.init_args[data_arg]
+
+
+def _import(class_path: str) -> type:
+    module, _, name = class_path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def main(args: list[str] | None = None, run: bool = True, model_class: type | None = None) -> DnACLI:
+    """The one command line (``python cli.py``, ``dna-video``, ``python -m dna_video``): every
+    task, chosen by the config's ``model.class_path`` (default :class:`VideoClassifier`, or
+    ``model_class``), and its data by ``data.class_path``. Options and configs in 0.1 names are
+    read in their 0.2 names, with a warning (:mod:`dna_video.checkpoints.upgrade`)."""
     _show_info_logs()
     _quiet_noise()
+    default = model_class or VideoClassifier
+    args = upgrade_0_1_command_line(resolve_config_names(list(sys.argv[1:] if args is None else args)), default)
     return DnACLI(
-        model_class,
-        VideoDataModule,
+        TaskModule,
+        LightningDataModule,
+        default_model=f"{default.__module__}.{default.__qualname__}",
+        subclass_mode_model=True,
         subclass_mode_data=True,
         seed_everything_default=0,
         trainer_defaults=RUN_DEFAULTS,
@@ -191,7 +243,7 @@ def main(args: list[str] | None = None, run: bool = True, model_class: type = Vi
 USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, NonFiniteError, MisconfigurationException)
 
 
-def console_main(args: list[str] | None = None, model_class: type = VideoClassifier) -> None:
+def console_main(args: list[str] | None = None, model_class: type | None = None) -> None:
     """``python cli.py ...``: :func:`main`, with user errors as one line and exit status 1."""
     try:
         main(args, model_class=model_class)

@@ -7,11 +7,18 @@ example configs of the repository's ``configs/`` folder, shipped as the package 
 
 from __future__ import annotations
 
+import importlib
+import logging
 import re
+import tempfile
 from importlib.resources import files
 from pathlib import Path
 
-__all__ = ["packaged_configs", "resolve_config_names"]
+import yaml
+
+__all__ = ["packaged_configs", "resolve_config_names", "upgrade_0_1_command_line"]
+
+log = logging.getLogger("dna_video.training.cli")
 
 _CONFIG_FLAGS = ("--config", "-c")
 _BARE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -50,4 +57,78 @@ def resolve_config_names(args: list[str]) -> list[str]:
                 f"({', '.join(shipped) or 'none found'}). Give a path to a YAML file, or one of those names."
             )
         out[position] = str(shipped[name]) if position == i + 1 else f"--config={shipped[name]}"
+    return out
+
+
+def _config_files(args: list[str]) -> list[tuple[int, Path]]:
+    """(position, path) of every ``--config FILE`` / ``-c FILE`` / ``--config=FILE`` that is a file."""
+    found = []
+    for i, arg in enumerate(args):
+        flag, _, value = arg.partition("=")
+        if arg in _CONFIG_FLAGS and i + 1 < len(args):
+            position, value = i + 1, args[i + 1]
+        elif flag == "--config" and value:
+            position = i
+        else:
+            continue
+        if Path(value).is_file():
+            found.append((position, Path(value)))
+    return found
+
+
+def _model_class_path(args: list[str], files: list[tuple[int, Path]]) -> str | None:
+    """The model class the command line and its configs name (the last one given), if any."""
+    named = None
+    for position, path in files:
+        model = (yaml.safe_load(path.read_text()) or {}).get("model")
+        if isinstance(model, dict) and model.get("class_path"):
+            named = (position, model["class_path"])
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in ("--model", "--model.class_path"):
+            value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if named is None or i > named[0]:
+                named = (i, value)
+    return named[1] if named else None
+
+
+def upgrade_0_1_command_line(args: list[str], default_model: type) -> list[str]:
+    """``args`` with the video and probe modules' 0.1 option names (in config files and
+    ``--model.X`` options) turned into their 0.2 names (:mod:`dna_video.checkpoints.upgrade`),
+    with one warning listing what was renamed. A config file in 0.1 names is read through an
+    upgraded copy (the file itself is left as it is)."""
+    from dna_video.checkpoints.upgrade import OPTIONS_0_1, upgrade_arguments, upgrade_model_options
+
+    files = _config_files(args)
+    class_path = _model_class_path(args, files)
+    model_class = default_model
+    if class_path and "." in class_path:
+        module, _, name = class_path.rpartition(".")
+        try:
+            model_class = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            return args  # LightningCLI reports the unknown class
+    from dna_video.tasks.video import VideoClassifier
+
+    if not (isinstance(model_class, type) and issubclass(model_class, VideoClassifier)):
+        return args
+    out, renamed = upgrade_arguments(args)
+    for position, path in files:
+        config = yaml.safe_load(path.read_text()) or {}
+        model = config.get("model")
+        if not isinstance(model, dict):
+            continue
+        options = model.get("init_args", model) if "class_path" in model else model
+        old = sorted(set(options) & set(OPTIONS_0_1)) if isinstance(options, dict) else []
+        upgraded = upgrade_model_options(model)
+        if upgraded is model or not old:
+            continue
+        config["model"] = upgraded
+        copy = Path(tempfile.mkdtemp(prefix="dna_video_config_")) / path.name
+        copy.write_text(yaml.safe_dump(config, sort_keys=False))
+        out[position] = str(copy) if out[position] == str(path) else f"--config={copy}"
+        renamed.append(f"{path}: model.{', model.'.join(old)}")
+    if renamed:
+        log.warning("0.1 option names, read as their 0.2 names (CHANGELOG.md, migration table):\n  %s",
+                    "\n  ".join(renamed))
     return out

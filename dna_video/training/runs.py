@@ -30,6 +30,8 @@ import torch
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from dna_video.checkpoints.upgrade import upgrade_checkpoint
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -58,10 +60,16 @@ VERSION_ARGUMENT = {
 NAME_ARGUMENT = {"MLFlowLogger": "experiment_name", "WandbLogger": "project"}
 # Hyper-parameters that change the network's shape or computation: restoring a checkpoint
 # with a different value would fail to load, or silently run the checkpoint's network.
-NETWORK_HPARAMS = ("arch", "attention", "attention_kwargs", "net_kwargs", "num_classes", "num_frames", "img_size")
+NETWORK_HPARAMS = (
+    "num_classes", "num_frames", "img_size", "network.arch", "network.attention", "network.temporal_attention",
+    "network.spatial_attention", "network.attention_kwargs", "network.embed_dim", "network.depth",
+    "network.num_heads", "network.patch_size", "network.mlp_ratio", "network.qkv_bias", "network.in_chans",
+)
 # Hyper-parameters a restore is expected to differ in: the checkpoint's weights already hold
-# the import of ``init_from`` (VideoClassifier.on_save_checkpoint clears it).
-IGNORED_HPARAMS = ("init_from",)
+# the import of ``init.source`` (TaskModule.on_save_checkpoint clears it).
+IGNORED_HPARAMS = ("init.source", "init_from")
+# Grouped options, compared field by field.
+_GROUPS = ("network", "init", "schedule", "evaluation", "probe")
 
 
 class RestoreError(ValueError):
@@ -88,13 +96,13 @@ def read_run_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         )
         raise RestoreError(
             f"{path} is {kind}. --ckpt_path takes a .ckpt written by this project's fit "
-            "(e.g. <run>/checkpoints/last.ckpt); to start from other weights use --model.init_from"
+            "(e.g. <run>/checkpoints/last.ckpt); to start from other weights use --model.init.source"
         ) from exc
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         keys = sorted(checkpoint)[:5] if isinstance(checkpoint, dict) else type(checkpoint).__name__
         raise RestoreError(
             f"{path} is a torch file but not a Lightning checkpoint (no 'state_dict'; it holds {keys}). "
-            "To start from these weights use --model.init_from instead of --ckpt_path"
+            "To start from these weights use --model.init.source instead of --ckpt_path"
         )
     return checkpoint
 
@@ -110,15 +118,29 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _flat(options: dict[str, Any]) -> dict[str, Any]:
+    """Grouped options as dotted keys (``network.depth``); the others as they are."""
+    out = {}
+    for key, value in options.items():
+        if key in _GROUPS and isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            out[key] = value
+    return out
+
+
 def compare_hparams(given: dict[str, Any], saved: dict[str, Any], checkpoint: str) -> list[str]:
     """Compare the model options of a command (``given``) with a checkpoint's saved
     hyper-parameters. Raises :class:`RestoreError` listing every option that changes the
     network; returns one warning per other option that differs (the checkpoint's value is the
     one used)."""
+    given, saved = _flat(_plain(given)), _flat(_plain(saved))
     network, others = [], []
     for key, saved_value in saved.items():
         if key in IGNORED_HPARAMS or key.startswith("_") or key not in given:
             continue
+        if key == "num_classes" and given[key] is None:
+            continue  # set from the data when the classes are built
         value = _plain(given[key])
         saved_value = _plain(saved_value)
         empty = (None, {}, [])
@@ -130,7 +152,7 @@ def compare_hparams(given: dict[str, Any], saved: dict[str, Any], checkpoint: st
         raise RestoreError(
             f"{checkpoint} holds a different network than the options ask for:\n  " + "\n  ".join(network)
             + "\nDrop these options (the checkpoint's values apply), or to train a new network from "
-            "these weights use --model.init_from instead of --ckpt_path"
+            "these weights use --model.init.source instead of --ckpt_path"
         )
     return [f"{line}; the checkpoint's value is used (see the run's config.yaml)" for line in others]
 
@@ -332,8 +354,9 @@ def prepare_restore(config: Any, subcommand: str) -> list[str]:
         config.ckpt_path = ckpt_path = str(record.last_checkpoint)
         version = record.version
         log.info("--ckpt_path last: continuing %s (run %s, %s)", record.log_dir, version, ckpt_path)
-    checkpoint = read_run_checkpoint(ckpt_path)
-    warnings = compare_hparams(config.model, checkpoint.get("hyper_parameters") or {}, str(ckpt_path))
+    checkpoint = upgrade_checkpoint(read_run_checkpoint(ckpt_path))
+    given = config.model.get("init_args", config.model) if hasattr(config.model, "get") else config.model
+    warnings = compare_hparams(given, checkpoint.get("hyper_parameters") or {}, str(ckpt_path))
     if version is None:
         version = run_of_checkpoint(experiment, ckpt_path)
     if version is not None:

@@ -7,8 +7,8 @@ Every kind keeps the official ViT/TimeSformer parameter names (``qkv`` with rows
   so that no L x L matrix is kept for backward (the fused kernels recompute it). Exception:
   when gradients are needed and the sequence is short (:attr:`Attention.explicit_max_len`,
   e.g. the temporal attention over 8 frames; on CPU under bf16/fp16 up to
-  :attr:`Attention.explicit_max_len_cpu_low_precision`), explicit batched matmuls, which
-  beat the fused kernel's per-(sequence, head) overhead there (``benchmarks/README.md``).
+  :attr:`Attention.explicit_max_len_cpu_low_precision`), explicit batched matmuls (why these
+  lengths: ``benchmarks/README.md``, "Why the code is the way it is").
 * ``forward_with_maps(x)``: an explicit, written-out path that also returns the attention
   maps (for visualisation and analysis). Slow and memory hungry by design.
 """
@@ -72,11 +72,11 @@ class Attention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
 
-    #: Longest sequence that takes the explicit path when gradients are needed (explicit
-    #: forward + backward is faster up to here on CPU; see benchmarks/README.md).
+    #: Longest sequence that takes the explicit path when gradients are needed (why this
+    #: length: benchmarks/README.md, "Why the code is the way it is").
     explicit_max_len: int = 16
-    #: The same on CPU under bf16/fp16 compute (autocast or inputs), where the fused CPU
-    #: kernel is slow; the price is the L x L maps kept for backward.
+    #: The same on CPU under bf16/fp16 compute (autocast or inputs); the price is the L x L
+    #: maps kept for backward (why: benchmarks/README.md, "Why the code is the way it is").
     explicit_max_len_cpu_low_precision: int = 256
 
     def _dropout_p(self) -> float:

@@ -51,8 +51,8 @@ def dna_attention(
         if v_neg is v_pos:
             return (a_pos + alpha * a_neg) @ v_pos
         return a_pos @ v_pos + (alpha * a_neg) @ v_neg
-    # Two calls sharing K rather than one over 2H heads: one call needs K repeated (a copy,
-    # and a reduction in backward) and measured slower on CPU at every TimeSformer shape.
+    # Two calls sharing K rather than one over 2H heads, which needs K repeated (a copy, and
+    # a reduction in backward); why: benchmarks/README.md, "Why the code is the way it is".
     # Both outputs come in the query's memory order, which the scale and sum keep.
     out = F.scaled_dot_product_attention(q_pos, k, v_pos, dropout_p=dropout_p)
     return out + alpha * F.scaled_dot_product_attention(neg_query, k, v_neg, dropout_p=dropout_p)

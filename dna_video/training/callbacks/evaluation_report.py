@@ -96,7 +96,7 @@ class TestReportWriter(Callback):
         names = list(names) if names and len(names) == probs.shape[1] else None
         report = evaluation_report(probs, labels, names, self.ece_bins, self.calibration_bin_size)
         report["checkpoint"] = str(trainer.ckpt_path) if trainer.ckpt_path else None
-        report["aggregate"] = pl_module.hparams.get("aggregate", "logits")
+        report["aggregate"] = getattr(getattr(pl_module, "evaluation", None), "aggregate", "logits")
         folder.mkdir(parents=True, exist_ok=True)
         metrics = folder / f"{self.prefix}metrics.json"
         metrics.write_text(json.dumps(report, indent=1))

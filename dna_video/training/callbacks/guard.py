@@ -85,7 +85,7 @@ class NonFiniteGuard(Callback):
             f"{len(self.skipped)} bad batch(es) skipped before (callback max_skipped_batches). "
             "The weights of this step were not updated and no checkpoint was written from them: "
             f"{_last_checkpoint(trainer)}. Lower the learning rate (model.optimizer.init_args.lr), "
-            "add warm-up (model.warmup_steps) or clip gradients (trainer.gradient_clip_val)"
+            "add warm-up (model.schedule.warmup_steps) or clip gradients (trainer.gradient_clip_val)"
         )
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

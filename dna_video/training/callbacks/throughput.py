@@ -34,10 +34,13 @@ __all__ = ["DataWaitMonitor", "peak_memory_gb", "videos_in_batch"]
 
 
 def videos_in_batch(batch: Any) -> int:
-    """Videos in a batch of :func:`~dna_video.data.dataset.collate_videos` (one clip each in
-    training, all views of each in evaluation); 0 when every video of it failed to decode."""
-    video = batch.get("video") if isinstance(batch, dict) else batch
-    return int(video.shape[0]) if isinstance(video, torch.Tensor) else 0
+    """Samples in a batch: videos of :func:`~dna_video.data.dataset.collate_videos` (one clip
+    each in training, all views of each in evaluation; 0 when every video of it failed to
+    decode), or images of an ``(images, targets)`` batch."""
+    samples = batch.get("video") if isinstance(batch, dict) else batch
+    if isinstance(samples, (tuple, list)) and samples:
+        samples = samples[0]
+    return int(samples.shape[0]) if isinstance(samples, torch.Tensor) else 0
 
 
 def peak_memory_gb(device: torch.device) -> tuple[float, str]:
