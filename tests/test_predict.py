@@ -12,7 +12,7 @@ from PIL import Image
 
 from analysis_trees import CLASSES, datamodule
 from dna_video.analysis.inference import load_model
-from dna_video.training.callbacks.evaluation_report import TestReportWriter
+from dna_video.training.callbacks.evaluation_report import EvaluationReportWriter
 from dna_video.tasks.video import VideoClassifier
 from dna_video.tools.predict import collect_videos, main
 
@@ -96,7 +96,7 @@ def test_predict_json_list_file_and_errors(tiny_checkpoint, new_videos, tmp_path
 def test_test_report_files_match_an_independent_count(tiny_checkpoint, tmp_path):
     ckpt, _ = tiny_checkpoint
     root = ckpt.parent.parent  # the tiny model's dataset folder
-    writer = TestReportWriter(folder=str(tmp_path / "report"))
+    writer = EvaluationReportWriter(folder=str(tmp_path / "report"))
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
                         callbacks=[writer])
     model = VideoClassifier.load_from_checkpoint(ckpt, map_location="cpu")
@@ -129,11 +129,11 @@ def test_test_report_under_ddp_gathers_every_video_once(tiny_checkpoint, tmp_pat
     root = ckpt.parent.parent
     single = tmp_path / "single"
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
-                        callbacks=[TestReportWriter(folder=str(single))])
+                        callbacks=[EvaluationReportWriter(folder=str(single))])
     trainer.test(VideoClassifier.load_from_checkpoint(ckpt, map_location="cpu"), datamodule=datamodule(root))
     ddp = tmp_path / "ddp"
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", logger=False, enable_progress_bar=False,
-                        enable_model_summary=False, callbacks=[TestReportWriter(folder=str(ddp))])
+                        enable_model_summary=False, callbacks=[EvaluationReportWriter(folder=str(ddp))])
     trainer.test(VideoClassifier.load_from_checkpoint(ckpt, map_location="cpu"), datamodule=datamodule(root))
 
     def rows(folder):

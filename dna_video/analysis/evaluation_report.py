@@ -1,7 +1,7 @@
 """Evaluation reports: accuracy, per-class behaviour, calibration and selective prediction.
 
 Everything here works on per-video class probabilities (N, K) and labels (N,), whatever
-produced them (``cli.py test``, ``python -m dna_video.tools.predict``, a notebook):
+produced them (``cli.py test``, ``dna-video predict``, a notebook):
 
 * the probabilities to pass are those of the MEAN of a video's views
   (:func:`dna_video.tasks.views.mean_view_probs`), never the softmax of a SUM of logits: with V

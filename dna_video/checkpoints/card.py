@@ -1,4 +1,4 @@
-"""A model card for a trained checkpoint: ``python -m dna_video.checkpoints card CKPT [--out FILE]``.
+"""A model card for a trained checkpoint: ``dna-video checkpoints card CKPT [--out FILE]``.
 
 Everything comes from the run itself: the checkpoint (model hyper-parameters, class names,
 epoch), the run's resolved ``config.yaml`` (data, protocol, recipe: the exact command) and its

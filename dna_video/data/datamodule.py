@@ -314,7 +314,7 @@ class VideoDataModule(L.LightningDataModule):
                 f"{self.dataset_name} {split}: the split is empty; dataset root {self.root}: {seen}"
                 f"{' (excluded: ' + '; '.join(f'{r}: {n}' for r, n in summary.excluded.items()) + ')' if excluded else ''}. "
                 "Check data.init_args.root (the folder holding this dataset's videos) and the protocol; "
-                f"python -m dna_video.tools.prepare <dataset> {self.root} lists what it holds per protocol"
+                f"dna-video prepare <dataset> {self.root} lists what it holds per protocol"
             )
         return records
 

@@ -102,7 +102,7 @@ class VideoClipDataset(Dataset):
         timer = threading.Timer(
             self.slow_decode_warning, log.warning,
             ("still decoding %s after %g s: the decoder may hang on this file (transcode or "
-             "remove it; python -m dna_video.tools.prepare ... --validate checks every file)", path,
+             "remove it; dna-video prepare ... --validate checks every file)", path,
              self.slow_decode_warning),
         )
         timer.daemon = True
@@ -166,7 +166,7 @@ class VideoClipDataset(Dataset):
                 if len(failed) > self.max_retries:
                     raise VideoDecodeError(
                         f"{len(failed)} unreadable videos in a row, the last {self.records[index].path}; "
-                        "check the dataset (python -m dna_video.tools.prepare <dataset> <root> --validate "
+                        "check the dataset (dna-video prepare <dataset> <root> --validate "
                         "checks every file)"
                     ) from exc
                 log.warning("replacing unreadable video by another (%s)", exc)

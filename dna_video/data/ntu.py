@@ -210,7 +210,7 @@ class NTURGBD60(ProtocolDataModule):
     Args:
         root: the folder of the videos, searched recursively (``nturgb+d_rgb`` with the
             ``*_rgb.avi`` files, or the mp4 files written by
-            ``python -m dna_video.tools.prepare ntu60 ... --transcode``).
+            ``dna-video prepare ntu60 ... --transcode``).
         protocol: ``cs`` or ``cv``.
         exclude_file: optional text file of sample names to leave out (counted), e.g. the
             302 samples without skeletons; one name a line.

@@ -140,7 +140,7 @@ class ToyotaSmarthome(ProtocolDataModule):
 
     Args:
         root: the folder of the mp4 clips (e.g. ``Smarthome/mp4``, or the output of
-            ``python -m dna_video.tools.prepare toyota_smarthome ... --transcode``); a folder whose
+            ``dna-video prepare toyota_smarthome ... --transcode``); a folder whose
             ``mp4/`` subfolder holds them works too.
         protocol: ``cs``, ``cv1`` or ``cv2``.
         train_on_val: train on the validation split as well (e.g. the cross-subject models

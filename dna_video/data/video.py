@@ -157,7 +157,7 @@ def read_frames(path: str, sampler) -> VideoFrames:
         if decodable < num_frames:
             log.warning(
                 "%s reports %d frames but only the first %d decode: sampling within those "
-                "(re-encoding fixes it: python -m dna_video.tools.prepare ... --transcode)",
+                "(re-encoding fixes it: dna-video prepare ... --transcode)",
                 path, num_frames, decodable,
             )
         else:

@@ -16,10 +16,8 @@ projection gives near-zero queries, uniform attention and identical probes.
 
 The backbone runs in eval mode without building a graph: only the probes, the interaction
 modules and the head train, and training memory holds no backbone activations.
-The module knows nothing of Lightning; :mod:`dna_video.tasks.probe` trains it, and
-``python -m dna_video.models.probe {fit,validate,test,predict} --config configs/probe_quickstart.yaml``
-is its command line (:mod:`dna_video.training.probe_cli`: ``cli.py``'s options plus the probe's;
-``--config NAME`` also finds the configs shipped with the package, as ``python -m dna_video``).
+The module knows nothing of Lightning; :class:`dna_video.tasks.ProbeClassifierModule` trains it
+(``dna-video fit --config probe_quickstart``).
 """
 
 from __future__ import annotations

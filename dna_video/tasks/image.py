@@ -3,7 +3,7 @@ loss (soft targets from MixUp / CutMix, label smoothing), top-1/top-5, AdamW wit
 schedule and linear warm-up (timm's ``CosineLRScheduler``, stepped per epoch), around timm's
 ``VisionTransformer`` with our attention (:mod:`dna_video.models.vit`).
 
-Command line: ``python -m dna_video.training.image_cli fit --config configs/imagenet_vit_b.yaml``.
+Command line: ``dna-video fit --config imagenet_vit_b`` (the config names this task).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``python -m dna_video.tools.analyze``: study a trained model from its checkpoint alone.
+"""``dna-video analyze``: study a trained model from its checkpoint alone.
 
 * ``maps CKPT VIDEO --out DIR``: for one layer (default: the last), the cls token's spatial
   attention over each sampled frame for every branch (DnA: positive and negative; softmax:

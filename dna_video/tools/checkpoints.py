@@ -1,10 +1,10 @@
 """Command line: inspect a checkpoint, or export a trained model to Hugging Face or back to the
 reference TimeSformer's own format.
 
-    python -m dna_video.checkpoints inspect PATH [--num-heads N]
-    python -m dna_video.checkpoints export-hf CHECKPOINT OUT_DIR [--class-names FILE]
-    python -m dna_video.checkpoints export-ref CHECKPOINT OUT.pyth [--epoch N]
-    python -m dna_video.checkpoints card RUN_CHECKPOINT.ckpt [--out MODEL_CARD.md]
+    dna-video checkpoints inspect PATH [--num-heads N]
+    dna-video checkpoints export-hf CHECKPOINT OUT_DIR [--class-names FILE]
+    dna-video checkpoints export-ref CHECKPOINT OUT.pyth [--epoch N]
+    dna-video checkpoints card RUN_CHECKPOINT.ckpt [--out MODEL_CARD.md]
 
 CHECKPOINT is any importable checkpoint (a .ckpt of this project, a .pyth, a Hugging Face
 folder...). export-hf writes a softmax model as a save_pretrained folder. export-ref writes a

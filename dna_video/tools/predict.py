@@ -1,4 +1,4 @@
-"""``python -m dna_video.tools.predict CKPT PATH...``: class predictions for any videos, no labels needed.
+"""``dna-video predict CKPT PATH...``: class predictions for any videos, no labels needed.
 
 PATH: video files, folders (searched recursively for videos) or list files (``.txt``/``.csv``/
 ``.lst``: one video a line, optionally followed by an integer label as in the list-file

@@ -1,8 +1,8 @@
 """Prepare a dataset copy for training: scan it, report per protocol, validate, transcode.
 
-    python -m dna_video.tools.prepare toyota_smarthome /data/Smarthome/mp4 --validate
-    python -m dna_video.tools.prepare ntu60 /data/nturgb+d_rgb --transcode /data/ntu60_256 --short-side 256
-    python -m dna_video.tools.prepare videos /data/my_videos --validate
+    dna-video prepare toyota_smarthome /data/Smarthome/mp4 --validate
+    dna-video prepare ntu60 /data/nturgb+d_rgb --transcode /data/ntu60_256 --short-side 256
+    dna-video prepare videos /data/my_videos --validate
 
 * Scan: every file under the root sorted by the same code the DataModules use; a table per
   protocol of the videos per split against the full dataset's counts, the classes present

@@ -1,7 +1,11 @@
-"""LightningCLI for dna-video: ``fit``, ``validate``, ``test``, ``predict`` from YAML configs.
+"""The one LightningCLI of dna-video: ``fit``, ``validate``, ``test``, ``predict`` of every task
+from YAML configs (``dna-video`` / ``python cli.py``; :mod:`dna_video.__main__` adds the tools).
 
-* The DataModule's class count and clip geometry are linked to the model, so a config never
-  states them twice.
+* Subclass mode for model and data: the config's ``model.class_path`` chooses the task (a
+  :class:`~dna_video.tasks.TaskModule`; :class:`~dna_video.tasks.VideoClassifier` by default)
+  and ``data.class_path`` its DataModule.
+* The DataModule's class count and the model arguments its data fixes (``MODEL_INPUTS``: clip
+  length, crop size) reach the model, so a config never states them twice.
 * Run defaults (the paper's 15 epochs on one device, seed 0, TensorBoard logs in ``runs/``,
   test after fit) are stated here once; the model's and the DataModules' argument defaults
   hold the rest of the recipe, so an experiment config states only its own (dataset,
@@ -12,7 +16,7 @@
   (Lightning's ThroughputMonitor), data-wait share and peak memory per epoch, and in
   ``predict`` one row per video in ``predictions.csv`` in the run folder; in ``test``
   ``test_metrics.json``, ``test_predictions.csv`` and ``test_confusion.png`` in the run folder
-  (:class:`~dna_video.training.callbacks.evaluation_report.TestReportWriter`).
+  (:class:`~dna_video.training.callbacks.evaluation_report.EvaluationReportWriter`).
 * ``fit --test_after_fit true`` (the default) tests the best checkpoint right after training,
   in the same process.
 """
@@ -42,7 +46,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from dna_video.training.callbacks.failed_videos import FailedVideoMonitor
 from dna_video.training.callbacks.predictions import PredictionWriter
 from dna_video.training.callbacks.run_summary import RunSummary, read_summary
-from dna_video.training.callbacks.evaluation_report import TestReportWriter
+from dna_video.training.callbacks.evaluation_report import EvaluationReportWriter
 from dna_video.training.callbacks.throughput import DataWaitMonitor, videos_in_batch
 from dna_video.data import listfile, ntu, smarthome, synthetic  # noqa: F401  (DataModules known by their short names)
 from dna_video.training.callbacks.guard import NonFiniteError, NonFiniteGuard
@@ -123,7 +127,7 @@ class DnACLI(LightningCLI):
             ThroughputMonitor(batch_size_fn=videos_in_batch, window_size=20),
             DataWaitMonitor(),  # data-wait share, peak memory and the epoch's clips/s
             RunSummary(),  # summary.json in the run folder: best / last checkpoint, test metrics, clips/s
-            TestReportWriter(),  # acts only in `test`: metrics JSON, predictions CSV, confusion PNG
+            EvaluationReportWriter(),  # acts only in `test`: metrics JSON, predictions CSV, confusion PNG
             RunState(experiment),  # run registry, RNG state in checkpoints, checkpoint on SIGTERM
         ]
         if config.trainer.get("logger") not in (False, None) and self.subcommand == "fit":

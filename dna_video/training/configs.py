@@ -34,19 +34,25 @@ def packaged_configs() -> dict[str, Path]:
     return {Path(p.name).stem: Path(str(p)) for p in sorted(packaged, key=lambda p: p.name)}
 
 
+def _config_values(args: list[str]) -> list[tuple[int, int, str]]:
+    """(index of the flag, index holding the value, value) of every ``--config VALUE`` /
+    ``-c VALUE`` / ``--config=VALUE`` in ``args``."""
+    found = []
+    for i, arg in enumerate(args):
+        flag, _, value = arg.partition("=")
+        if arg in _CONFIG_FLAGS and i + 1 < len(args):
+            found.append((i, i + 1, args[i + 1]))
+        elif flag == "--config" and value:
+            found.append((i, i, value))
+    return found
+
+
 def resolve_config_names(args: list[str]) -> list[str]:
     """``args`` with every ``--config NAME`` / ``-c NAME`` / ``--config=NAME`` whose value is
     not an existing file but a shipped config's name replaced by that config's path. A bare
     name that is neither stops with an error listing the shipped configs."""
     out = list(args)
-    for i, arg in enumerate(out):
-        flag, _, value = arg.partition("=")
-        if arg in _CONFIG_FLAGS and i + 1 < len(out):
-            position, value = i + 1, out[i + 1]
-        elif flag == "--config" and value:
-            position = i
-        else:
-            continue
+    for i, position, value in _config_values(out):
         if Path(value).is_file() or not _BARE_NAME.fullmatch(value):
             continue  # a file, or inline YAML: LightningCLI reads it
         shipped = packaged_configs()
@@ -61,19 +67,8 @@ def resolve_config_names(args: list[str]) -> list[str]:
 
 
 def _config_files(args: list[str]) -> list[tuple[int, Path]]:
-    """(position, path) of every ``--config FILE`` / ``-c FILE`` / ``--config=FILE`` that is a file."""
-    found = []
-    for i, arg in enumerate(args):
-        flag, _, value = arg.partition("=")
-        if arg in _CONFIG_FLAGS and i + 1 < len(args):
-            position, value = i + 1, args[i + 1]
-        elif flag == "--config" and value:
-            position = i
-        else:
-            continue
-        if Path(value).is_file():
-            found.append((position, Path(value)))
-    return found
+    """(index holding the value, path) of every ``--config`` value that is a file."""
+    return [(position, Path(value)) for _, position, value in _config_values(args) if Path(value).is_file()]
 
 
 def _model_class_path(args: list[str], files: list[tuple[int, Path]]) -> str | None:

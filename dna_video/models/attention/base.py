@@ -19,7 +19,7 @@ import torch
 from einops import rearrange
 from torch import Tensor, nn
 
-__all__ = ["Attention", "split_heads", "merge_heads"]
+__all__ = ["Attention", "MultiHead", "split_heads", "merge_heads"]
 
 
 def split_heads(x: Tensor, heads: list[int], head_dim: int) -> list[Tensor]:
@@ -40,27 +40,20 @@ def merge_heads(x: Tensor) -> Tensor:
     return rearrange(x, "b h l d -> b l (h d)")
 
 
-class Attention(nn.Module):
-    """Interface of a multi-head self-attention module.
+class MultiHead(nn.Module):
+    """What every attention module has: the head split of the width, the score scale,
+    dropout on the attention weights and the output projection (``proj``).
 
     Args:
         dim: token width D.
         num_heads: number of heads H; ``dim`` must be divisible by it.
-        qkv_bias: bias on the query/key/value projections.
         attn_drop: dropout on the attention weights. Keep 0 for training speed: the fused
             CPU kernel only runs without dropout, otherwise PyTorch falls back to a path that
             materialises the L x L matrix.
         proj_drop: dropout after the output projection.
     """
 
-    def __init__(
-        self,
-        dim: int,
-        num_heads: int,
-        qkv_bias: bool = True,
-        attn_drop: float = 0.0,
-        proj_drop: float = 0.0,
-    ) -> None:
+    def __init__(self, dim: int, num_heads: int, attn_drop: float = 0.0, proj_drop: float = 0.0) -> None:
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"dim={dim} is not divisible by num_heads={num_heads}")
@@ -72,15 +65,41 @@ class Attention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
 
+    def _dropout_p(self) -> float:
+        return self.attn_drop if self.training else 0.0
+
+    def _output(self, out: Tensor) -> Tensor:
+        """(B, H, L, d) per-head output -> output projection and dropout, (B, L, D)."""
+        return self.proj_drop(self.proj(merge_heads(out)))
+
+
+class Attention(MultiHead):
+    """Interface of a multi-head self-attention module: (B, L, D) -> (B, L, D).
+
+    Args:
+        dim: token width D.
+        num_heads: number of heads H; ``dim`` must be divisible by it.
+        qkv_bias: bias on the query/key/value projections (the kind's own layers).
+        attn_drop: dropout on the attention weights (keep 0, see :class:`MultiHead`).
+        proj_drop: dropout after the output projection.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        qkv_bias: bool = True,
+        attn_drop: float = 0.0,
+        proj_drop: float = 0.0,
+    ) -> None:
+        super().__init__(dim, num_heads, attn_drop, proj_drop)
+
     #: Longest sequence that takes the explicit path when gradients are needed (why this
     #: length: benchmarks/README.md, "Why the code is the way it is").
     explicit_max_len: int = 16
     #: The same on CPU under bf16/fp16 compute (autocast or inputs); the price is the L x L
     #: maps kept for backward (why: benchmarks/README.md, "Why the code is the way it is").
     explicit_max_len_cpu_low_precision: int = 256
-
-    def _dropout_p(self) -> float:
-        return self.attn_drop if self.training else 0.0
 
     def _explicit(self, x: Tensor) -> bool:
         if not (torch.is_grad_enabled() and x.requires_grad):
@@ -94,10 +113,6 @@ class Attention(nn.Module):
             and (x.dtype in low_precision
                  or (torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") in low_precision))
         )
-
-    def _output(self, out: Tensor) -> Tensor:
-        """(B, H, L, d) per-head output -> output projection and dropout, (B, L, D)."""
-        return self.proj_drop(self.proj(merge_heads(out)))
 
     def forward(self, x: Tensor) -> Tensor:  # pragma: no cover - interface
         raise NotImplementedError

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from dna_video.models.init import init_module
-from dna_video.models.attention.base import merge_heads, split_heads
+from dna_video.models.attention.base import MultiHead, split_heads
 from dna_video.models.attention.core import dna_attention, dna_attention_maps
 from dna_video.models.attention.negative_init import orthogonal_complement_like
 
@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 
-class CrossAttention(nn.Module):
+class CrossAttention(MultiHead):
     """Interface of a multi-head cross-attention module.
 
     Args:
@@ -49,24 +49,9 @@ class CrossAttention(nn.Module):
     def __init__(
         self, dim: int, num_heads: int, qkv_bias: bool = True, attn_drop: float = 0.0, proj_drop: float = 0.0
     ) -> None:
-        super().__init__()
-        if dim % num_heads:
-            raise ValueError(f"dim={dim} is not divisible by num_heads={num_heads}")
-        self.dim = dim
-        self.num_heads = num_heads
-        self.head_dim = dim // num_heads
-        self.scale = self.head_dim**-0.5
-        self.attn_drop = attn_drop
+        super().__init__(dim, num_heads, attn_drop, proj_drop)
         self.q = nn.Linear(dim, dim, bias=qkv_bias)
         self.kv = nn.Linear(dim, 2 * dim, bias=qkv_bias)
-        self.proj = nn.Linear(dim, dim)
-        self.proj_drop = nn.Dropout(proj_drop)
-
-    def _dropout_p(self) -> float:
-        return self.attn_drop if self.training else 0.0
-
-    def _output(self, out: Tensor) -> Tensor:
-        return self.proj_drop(self.proj(merge_heads(out)))
 
     def forward(self, queries: Tensor, context: Tensor) -> Tensor:  # pragma: no cover - interface
         """(B, Lq, D) queries, (B, Lk, D) context -> (B, Lq, D)."""

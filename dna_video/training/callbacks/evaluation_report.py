@@ -32,10 +32,10 @@ from dna_video.training.callbacks.predictions import write_predictions_csv
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TestReportWriter"]
+__all__ = ["EvaluationReportWriter"]
 
 
-class TestReportWriter(Callback):
+class EvaluationReportWriter(Callback):
     """Write the evaluation report of every ``test`` run.
 
     Args:
@@ -108,3 +108,7 @@ class TestReportWriter(Callback):
             report["mca"], report["ece"], report["rms_calibration_error"], report["aurra"], folder, metrics.name,
             self.prefix, self.prefix,
         )
+
+
+# The 0.1 name (dna_video.callbacks.test_report.TestReportWriter), kept for one release.
+TestReportWriter = EvaluationReportWriter
