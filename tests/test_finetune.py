@@ -134,3 +134,27 @@ def test_cli_fine_tunes_from_a_checkpoint_with_other_classes_and_frames(syntheti
     assert all(torch.equal(v, state[k]) for k, v in restored.net.state_dict().items())
     main(["validate", *cli_args(synthetic_root, tmp_path, f"--model.init.source={path}", f"--ckpt_path={last}",
                                 "--trainer.limit_val_batches=1")])
+
+
+@pytest.mark.parametrize("interval, steps_per_epoch, epochs", [("step", 3, 2), ("epoch", 3, 2)])
+def test_the_schedule_steps_at_its_interval(interval, steps_per_epoch, epochs):
+    """StepLR(step_size=1, gamma=0.5) halves the learning rate once per optimiser step or once per
+    epoch, as model.schedule.interval says: after 2 epochs of 3 steps, lr0 / 2^6 or lr0 / 2^2."""
+    import lightning as L
+
+    from dna_video.tasks.video import Schedule
+
+    model = VideoClassifier(
+        num_classes=2, num_frames=2, img_size=16, network=TimeSformerSpec(arch="tiny", embed_dim=16, depth=1, num_heads=2),
+        optimizer={"class_path": "torch.optim.SGD", "init_args": {"lr": 0.8}},
+        lr_scheduler={"class_path": "torch.optim.lr_scheduler.StepLR", "init_args": {"step_size": 1, "gamma": 0.5}},
+        schedule=Schedule(interval=interval),
+    )
+    g = torch.Generator().manual_seed(0)
+    batches = [{"video": torch.randn(2, 3, 2, 16, 16, generator=g), "label": torch.tensor([0, 1])}
+               for _ in range(steps_per_epoch)]
+    trainer = L.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", limit_val_batches=0)
+    trainer.fit(model, torch.utils.data.DataLoader(batches, batch_size=None))
+    halvings = steps_per_epoch * epochs if interval == "step" else epochs
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.8 / 2 ** halvings)

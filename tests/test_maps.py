@@ -169,3 +169,51 @@ def test_analyze_maps_writes_figures_of_the_expected_size(tmp_path, tiny_checkpo
     g = crop // 8
     assert saved["spatial"]["positive"].shape == (settings["num_frames"], g, g)
     torch.testing.assert_close(saved["temporal"]["negative"].sum(-1), torch.ones(settings["num_frames"]))
+
+
+def test_rollout_of_two_blocks_multiplies_them_in_order():
+    """Rollout against a hand-built token mixing per block (explicit loops over tokens), for
+    two blocks with different random maps: the product is block 2 after block 1, not the reverse."""
+    from types import SimpleNamespace
+
+    t, grid = 2, (1, 2)
+    n = grid[0] * grid[1]
+    g = torch.Generator().manual_seed(0)
+
+    def rows(*shape):
+        return torch.rand(*shape, generator=g, dtype=torch.float64).softmax(-1)
+
+    maps = {}
+    for b in range(2):
+        maps[f"blocks.{b}.temporal_attn"] = {"attn": rows(n, 2, t, t)}  # (locations, heads, t, t)
+        maps[f"blocks.{b}.attn"] = {"attn": rows(t, 2, 1 + n, 1 + n)}  # (frames, heads, cls + patches)
+    size = 1 + n * t
+
+    def token(p, f):  # the (n t) order: patch-major, time-minor, after the cls token
+        return 1 + p * t + f
+
+    def layer(b):
+        temporal = maps[f"blocks.{b}.temporal_attn"]["attn"].mean(1)
+        spatial = maps[f"blocks.{b}.attn"]["attn"].mean(1)
+        mix_t, mix_s = torch.eye(size, dtype=torch.float64), torch.zeros(size, size, dtype=torch.float64)
+        for p in range(n):
+            for f in range(t):
+                for u in range(t):
+                    mix_t[token(p, f), token(p, u)] = temporal[p, f, u]
+                mix_s[token(p, f), 0] = spatial[f, 1 + p, 0]
+                for q in range(n):
+                    mix_s[token(p, f), token(q, f)] = spatial[f, 1 + p, 1 + q]
+        mix_s[0, 0] = spatial[:, 0, 0].mean()
+        for q in range(n):
+            for f in range(t):
+                mix_s[0, token(q, f)] = spatial[f, 0, 1 + q] / t
+        eye = torch.eye(size, dtype=torch.float64)
+        return (0.5 * (eye + mix_s)) @ (0.5 * (eye + mix_t))
+
+    expected = layer(1) @ layer(0)
+    reversed_order = layer(0) @ layer(1)
+    rolled = attention_maps.rollout(SimpleNamespace(blocks=[None, None]), maps, t, grid)
+    want = torch.tensor([[[float(expected[0, token(p, f)]) for p in range(n)]] for f in range(t)])
+    torch.testing.assert_close(rolled, want.float())
+    other = torch.tensor([[[float(reversed_order[0, token(p, f)]) for p in range(n)]] for f in range(t)])
+    assert not torch.allclose(rolled, other.float(), atol=1e-4)  # the order is visible in the result

@@ -73,6 +73,37 @@ def test_guard_stops_before_the_step_naming_epoch_step_and_videos(bad):
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
+class InfLoss(Toy):
+    """A finite gradient (the loss's infinite part is a constant) with an infinite loss value."""
+
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        return loss + float("inf") if batch_idx == 1 else loss
+
+
+def test_guard_stops_on_an_infinite_loss_with_the_gradient_check_off():
+    # Only the loss check can see it: the gradient of a constant is 0.
+    model = InfLoss()
+    with pytest.raises(NonFiniteError, match=r"loss inf at epoch 0, step 1 \(batch 1\)"):
+        toy_fit(model, NonFiniteGuard(check_grad_norm=False))
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_guard_stops_on_a_non_finite_validation_loss(value):
+    class Validated(Toy):
+        def validation_step(self, batch, batch_idx):
+            self.log("val/loss", torch.tensor(value))
+
+    trainer = L.Trainer(max_epochs=2, callbacks=[NonFiniteGuard()], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+                        num_sanity_val_steps=0)
+    batches = toy_batches()
+    with pytest.raises(NonFiniteError, match=f"validation loss is {value} after epoch 0"):
+        trainer.fit(Validated(), DataLoader(batches, batch_size=None), DataLoader(batches[:1], batch_size=None))
+    assert trainer.current_epoch == 0  # stopped at the first validation, not after the run
+
+
 def test_guard_skips_allowed_bad_batches_without_touching_the_weights():
     model = toy_fit_model = Toy(nan_at=1)
     guard = NonFiniteGuard(max_skipped_batches=1)

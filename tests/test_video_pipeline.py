@@ -256,3 +256,18 @@ def test_synthetic_root_refuses_files_the_generator_did_not_write(tmp_path):
     lenient = SyntheticSmarthome(str(tmp_path), num_workers=0, strict=False)
     assert [r.label for r in lenient.catalog().records["train"]] == [0]  # Blink, subject 3 trains
     assert lenient.catalog().excluded_counts() == {"unknown activity": 1}
+
+
+def test_eval_transform_is_the_resize_and_the_crops_exactly_no_flip():
+    """A horizontal ramp (each column its own value) through the evaluation transform: every
+    view is exactly its window of the frame, left to right (a flip or a shifted crop fails)."""
+    columns = torch.arange(64, dtype=torch.uint8) * 4  # 0..252, one value per column
+    frames = columns.expand(2, 3, 32, 64).contiguous()  # (T, C, H, W); short side 32 = the crop
+    for num_crops, offsets in ((3, (0, 16, 32)), (1, (16,))):
+        views = EvalClipTransform(32, num_crops, (0.0,) * 3, (1.0,) * 3)(frames)
+        assert views.shape == (num_crops, 3, 2, 32, 32)
+        for view, offset in zip(views, offsets):
+            expected = (columns[offset:offset + 32].float() / 255).expand(3, 2, 32, 32)
+            torch.testing.assert_close(view, expected, rtol=0, atol=1e-6)
+        # The same views every call: nothing random in evaluation.
+        torch.testing.assert_close(EvalClipTransform(32, num_crops, (0.0,) * 3, (1.0,) * 3)(frames), views)

@@ -211,7 +211,9 @@ def generate_synthetic_images(
     """Write PNG images of :data:`SYNTHETIC_SHAPES` to ``root/<split>/<shape>/<n>.png``,
     ``per_class[split]`` images per shape, shapes drawn with ``contrast`` (see :func:`_render`);
     splits that exist already are kept (use another ``root`` for another contrast)."""
-    from torchvision.io import write_png
+    # Pillow, not torchvision.io.write_png: torchvision's image encoders are deprecated
+    # (a DeprecationWarning per image).
+    from PIL import Image
 
     root = Path(root)
     for split_index, (split, count) in enumerate(per_class.items()):
@@ -222,8 +224,7 @@ def generate_synthetic_images(
         for label, name in enumerate(SYNTHETIC_SHAPES):
             (tmp / name).mkdir(parents=True, exist_ok=True)
             for n in range(count):
-                image = torch.from_numpy(_render(label, rng, size, contrast)).permute(2, 0, 1).contiguous()
-                write_png(image, str(tmp / name / f"{n:04d}.png"))
+                Image.fromarray(_render(label, rng, size, contrast)).save(tmp / name / f"{n:04d}.png")
         tmp.rename(root / split)
     return root
 

@@ -8,6 +8,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ class NonFiniteGuard(Callback):
     step. A non-finite value stops training with :class:`NonFiniteError` naming the epoch,
     the step and the videos of the batch, after ``max_skipped_batches`` such batches were
     skipped (their gradients dropped, so the optimiser leaves the weights as they are). A
-    checkpoint holding a non-finite weight is never written, and a NaN validation loss stops
+    checkpoint holding a non-finite weight is never written, and a non-finite validation loss stops
     training before the epoch's checkpoints are saved: the last good checkpoint stays.
 
     Args:
@@ -89,13 +90,15 @@ class NonFiniteGuard(Callback):
         )
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.sanity_checking or not trainer.training:
+        # Validation inside fit (trainer.training is False while it runs), not a `validate` command.
+        if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
             return
         loss = trainer.callback_metrics.get("val/loss")
-        if loss is not None and torch.isnan(loss).any():
+        if loss is not None and not torch.isfinite(loss).all():
             raise NonFiniteError(
-                f"validation loss is NaN after epoch {trainer.current_epoch} (step {trainer.global_step}): the "
-                f"network's outputs are not finite. No checkpoint of this epoch was written; {_last_checkpoint(trainer)}"
+                f"validation loss is {loss.float().mean().item()} after epoch {trainer.current_epoch} (step "
+                f"{trainer.global_step}): the network's outputs are not finite. No checkpoint of this epoch "
+                f"was written; {_last_checkpoint(trainer)}"
             )
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
