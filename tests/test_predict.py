@@ -183,3 +183,12 @@ def test_subspaces_of_a_reference_layout_checkpoint(tiny_checkpoint, tmp_path):
     for a, b in zip(records, expected):
         assert a["module"] == b["module"] and a["mean_deg"] == pytest.approx(b["mean_deg"])
         assert a["frobenius"] == pytest.approx(b["frobenius"]) and a["alpha"] == pytest.approx(b["alpha"])
+
+
+@pytest.mark.parametrize("top_k", ["0", "-2"])
+def test_predict_refuses_a_top_k_below_one_in_one_line(top_k, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["model.ckpt", "clip.mp4", "--top-k", top_k])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"dna-video predict: error: argument --top-k: must be at least 1, got {top_k}"

@@ -184,6 +184,14 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1 (argparse turns the ValueError into one usage line)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dna-video predict",
@@ -194,7 +202,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--root", help="folder the relative paths of list files start from (default: the list file's)")
     parser.add_argument("--out", help="write the predictions to FILE.csv or FILE.json")
     parser.add_argument("--features", help="write each video's pre-head embedding with its path to FILE.npy or FILE.pt")
-    parser.add_argument("--top-k", type=int, default=5, help="classes listed per video (default 5)")
+    parser.add_argument("--top-k", type=_positive_int, default=5, help="classes listed per video (default 5)")
     parser.add_argument("--device", help="cpu, cuda, cuda:1... (default: cuda when available)")
     parser.add_argument("--num-workers", type=int, default=0, help="decoding processes (default 0: in this process)")
     add_settings_arguments(parser)
