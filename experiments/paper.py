@@ -238,7 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.estimate:
         print(estimate(args.dataset, args.protocol, args.seeds, args.tflops))
         return 0
-    if not args.root or not Path(args.root).is_dir():
+    if not args.root:
+        parser.error("--root: the dataset's video folder is required (a dry run prints the commands for it)")
+    if not args.dry_run and not Path(args.root).is_dir():
         parser.error(f"--root {args.root}: no such folder")
     if not args.init_from:
         print("note: no --init-from: the models train from scratch, far below the paper's numbers")

@@ -54,3 +54,15 @@ def test_paper_runner_fits_tests_and_tabulates_both_attentions(dataset, protocol
     out = capsys.readouterr().out
     assert out.count("[finished, skipped]") == 4 and "== " not in out
     assert (experiment / "results.md").read_text() == text
+
+
+def test_dry_run_prints_the_plan_for_a_root_that_does_not_exist_yet(tmp_path, capsys):
+    root = tmp_path / "not_mounted"
+    assert paper.main(["--dataset", "toyota_smarthome", "--protocol", "cs", "--root", str(root),
+                       "--out", str(tmp_path / "paper"), "--seeds", "2", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "4 runs (softmax, dna x 2 seeds):" in out and out.count(f"--data.init_args.root {root}") == 4
+    assert not root.exists() and not (tmp_path / "paper").exists()  # a dry run writes nothing
+    with pytest.raises(SystemExit):  # a real run still needs the folder
+        paper.main(["--dataset", "toyota_smarthome", "--protocol", "cs", "--root", str(root),
+                    "--out", str(tmp_path / "paper")])
