@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from dna_video import __version__
 from dna_video.models.flops import view_cost
 from dna_video.checkpoints.io import CheckpointError, load_torch_file
 from dna_video.checkpoints.loading import timesformer_from_checkpoint
@@ -50,6 +51,10 @@ def model_card(checkpoint: str | Path) -> str:
     summary = read_summary(run)
     hparams = upgrade_checkpoint(state)["hyper_parameters"]
     network, evaluation = hparams.get("network") or {}, hparams.get("evaluation") or {}
+    # The optimiser and schedule are callables, not hyper-parameters: the run's config.yaml
+    # holds their specs (under model.init_args since 0.2, under model in 0.1).
+    model_config = config.get("model") or {}
+    recipe = model_config.get("init_args", model_config) if isinstance(model_config, dict) else {}
     data = config.get("data") or {}
     data_args = data.get("init_args") or {}
     trainer = config.get("trainer") or {}
@@ -68,7 +73,7 @@ def model_card(checkpoint: str | Path) -> str:
         "",
         "Video action recognition with a divided space-time TimeSformer; attention: "
         f"`{network.get('attention')}` (DnA = Denoising Attention, Campos et al., ECCV 2026). "
-        "Trained with [dna-video](https://github.com/).",
+        f"Trained with dna-video {__version__}.",
         "",
         "## Model",
         "",
@@ -98,9 +103,9 @@ def model_card(checkpoint: str | Path) -> str:
         "",
         "## Recipe",
         "",
-        f"Optimiser {_spec(hparams.get('optimizer'))}, schedule {_spec(hparams.get('lr_scheduler'))}, "
+        f"Optimiser {_spec(recipe.get('optimizer'))}, schedule {_spec(recipe.get('lr_scheduler'))}, "
         f"{trainer.get('max_epochs')} epochs, batch {data_args.get('batch_size')} per device on "
-        f"{trainer.get('devices')} device(s), precision {trainer.get('precision')}, seed "
+        f"{trainer.get('devices')} device(s), precision {trainer.get('precision') or '32-true (float32)'}, seed "
         f"{config.get('seed_everything')}; this checkpoint: epoch {state.get('epoch')}, step {state.get('global_step')}.",
         "",
         "## Results",
