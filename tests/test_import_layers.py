@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, list[str]]] = [
 ]
 # Outside the layers, as importer and as target: the package root (it may re-export, lazily),
 # and the data packages (class lists and splits, example configs).
-EXEMPT = {"dna_video", "dna_video.resources", "dna_video.configs"}
+EXEMPT = {"dna_video", "dna_video.resources", "dna_video.resources.configs"}
 
 LIGHTNING = {"lightning", "pytorch_lightning"}
 # Layer 0 imports no Lightning, except these: DataModules are Lightning by definition.

@@ -153,9 +153,9 @@ def test_installed_copy_reads_class_lists_and_splits_from_anywhere(installed, ou
     shipped = {name: Path(path) for name, path in found["configs"].items()}
     assert set(shipped) == {p.stem for p in (REPO / "configs").glob("*.yaml")}
     for name, path in shipped.items():
-        assert path == installed / "dna_video" / "configs" / f"{name}.yaml"
+        assert path == installed / "dna_video" / "resources" / "configs" / f"{name}.yaml"
     for source in (REPO / "configs").rglob("*.yaml"):
-        copy = installed / "dna_video" / "configs" / source.relative_to(REPO / "configs")
+        copy = installed / "dna_video" / "resources" / "configs" / source.relative_to(REPO / "configs")
         assert copy.is_file() and copy.read_bytes() == source.read_bytes(), source
 
 

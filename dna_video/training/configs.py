@@ -2,7 +2,7 @@
 
 ``--config NAME`` (or ``-c NAME``) with a bare name that is not a file names one of the
 example configs of the repository's ``configs/`` folder, shipped as the package data of
-``dna_video.configs``; ``dna-video configs`` lists them with their paths.
+``dna_video.resources.configs``; ``dna-video configs`` lists them with their paths.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ _BARE_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 def packaged_configs() -> dict[str, Path]:
     """Config name (file name without ``.yaml``) -> path, for the configs shipped with the
     package; from a checkout, the repository's ``configs/`` folder (the one source)."""
-    folder = files("dna_video.configs")
+    folder = files("dna_video.resources.configs")
     packaged = [p for p in folder.iterdir() if p.name.endswith(".yaml")] if folder.is_dir() else []
-    if not packaged:  # a checkout: dna_video/configs/ holds only a README
+    if not packaged:  # a checkout: dna_video/resources/configs/ holds only a README
         packaged = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
     return {Path(p.name).stem: Path(str(p)) for p in sorted(packaged, key=lambda p: p.name)}
 
