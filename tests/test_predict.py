@@ -192,3 +192,25 @@ def test_predict_refuses_a_top_k_below_one_in_one_line(top_k, capsys):
     assert info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == f"dna-video predict: error: argument --top-k: must be at least 1, got {top_k}"
+
+
+@pytest.mark.parametrize("task, checkpoint", [
+    ("ProbeClassifierModule", "probe/version_0/checkpoints/last.ckpt"),
+    ("ImageClassifier", "image/version_0/checkpoints/best-00.ckpt"),
+])
+def test_predict_and_analyze_name_a_checkpoint_of_another_task_in_one_line(task, checkpoint, tmp_path):
+    from pathlib import Path
+
+    from dna_video.tools.analyze import main as analyze
+
+    path = Path(__file__).parent / "fixtures" / "v0_1" / "runs" / checkpoint
+    video = tmp_path / "clip.mp4"
+    video.write_bytes(b"")  # never read: the checkpoint is refused first
+    with pytest.raises(SystemExit) as info:
+        main([str(path), str(video)])
+    message = str(info.value)
+    assert message.count("\n") == 0 and f"a checkpoint of {task}" in message
+    assert f"dna-video test --config <its run>/config.yaml --ckpt_path {path}" in message
+    with pytest.raises(SystemExit) as info:
+        analyze(["maps", str(path), str(video), "--out", str(tmp_path / "maps")])
+    assert str(info.value) == message

@@ -130,6 +130,21 @@ def _load_lightning(path: Path) -> dict[str, Any] | None:
     return obj
 
 
+def _refuse_other_tasks(path: Path, hparams: dict[str, Any], state: dict[str, Tensor]) -> None:
+    """One line naming what the checkpoint is and the command that takes it, when its network is
+    not a TimeSformer (a probe over one, an image ViT): these tools read a TimeSformer's views."""
+    if "time_embed" in state:
+        return
+    task = str(hparams.get("_class_path") or "").rpartition(".")[2]
+    if not task:
+        task = "ProbeClassifierModule" if any(k.startswith("backbone.") for k in state) else "ImageClassifier"
+    what = "a probe over a frozen TimeSformer" if any(k.startswith("backbone.") for k in state) else "an image model"
+    raise CheckpointError(
+        f"{path}: a checkpoint of {task} ({what}); predict and analyze read a video TimeSformer's "
+        f"checkpoint. Evaluate it with: dna-video test --config <its run>/config.yaml --ckpt_path {path}"
+    )
+
+
 def load_model(path: str | Path, num_heads: int | None = None, warn_defaults: bool = True,
                **overrides: Any) -> LoadedModel:
     """The network of checkpoint ``path`` with its class names and evaluation settings.
@@ -149,6 +164,7 @@ def load_model(path: str | Path, num_heads: int | None = None, warn_defaults: bo
     if lightning is not None:
         hparams = dict(upgrade_checkpoint(lightning)["hyper_parameters"])
         state = {k.removeprefix("net."): v for k, v in lightning["state_dict"].items() if k.startswith("net.")}
+        _refuse_other_tasks(path, hparams, state)
         kwargs = infer_geometry(state, None, hparams)
         net = TimeSformer(**kwargs)
         net.load_state_dict(state)
