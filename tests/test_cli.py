@@ -134,3 +134,10 @@ def test_checkpointing_off_and_a_plateau_schedule(synthetic_root, tmp_path):
     # Stepped on val/loss after each validation: its best value is the one it saw.
     assert scheduler.scheduler.best == pytest.approx(min(float(r["val/loss"]) for r in read_metrics(tmp_path, "version_0")
                                                          if r.get("val/loss")))
+
+
+def test_fit_with_zero_epochs_says_that_nothing_is_trained(synthetic_root, tmp_path, caplog):
+    caplog.set_level("WARNING", logger="dna_video")
+    cli = main(["fit", *cli_args(synthetic_root, tmp_path, "--trainer.max_epochs=0", "--test_after_fit=false")])
+    assert cli.trainer.global_step == 0
+    assert "max_epochs / max_steps is 0: nothing will be trained" in caplog.text

@@ -155,6 +155,11 @@ class DnACLI(LightningCLI):
                     keep_csv_metrics(logger)
         return trainer
 
+    def before_fit(self) -> None:
+        if self.trainer.max_epochs == 0 or self.trainer.max_steps == 0:
+            log.warning("trainer.max_epochs / max_steps is 0: nothing will be trained; validation and the test "
+                        "after fit measure the model's starting weights")
+
     def after_fit(self) -> None:
         if self.config[self.subcommand].get("test_after_fit"):
             # The best checkpoint's path (not "best", which makes Lightning warn about our two
