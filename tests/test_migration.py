@@ -149,3 +149,25 @@ def test_0_1_public_names_stay_and_the_package_imports_no_torch():
     code = "import sys, dna_video; print(dna_video.__version__, 'torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.split() == ["0.2.0", "False"], result.stderr
+
+
+def test_the_0_1_example_configs_build_their_task_with_the_0_1_option_names_read_as_0_2(tmp_path, caplog):
+    """configs/*.yaml as 0.1 shipped them (no model.class_path, flat option names): the video one
+    through the one command, the probe and image ones through their old commands."""
+    from dna_video.tasks import ImageClassifier, ProbeClassifierModule, VideoClassifier
+    from dna_video.training.cli import main
+    from dna_video.training.legacy import image_main, probe_main
+
+    configs = FIXTURES / "configs"
+    caplog.set_level("WARNING", logger="dna_video")
+    video = main(["--config", str(configs / "quickstart.yaml"), f"--data.init_args.root={tmp_path / 'v'}",
+                  "--trainer.logger=false"], run=False).model
+    assert type(video) is VideoClassifier and video.network.arch == "tiny" and video.schedule.warmup_steps == 40
+    assert "model.arch, model.drop_path_rate, model.head_dropout, model.warmup_steps" in caplog.text
+    probe = probe_main(["--config", str(configs / "probe_quickstart.yaml"), f"--data.init_args.root={tmp_path / 'v'}",
+                        "--trainer.logger=false", "--model.init_from=null"], run=False).model
+    assert type(probe) is ProbeClassifierModule and probe.probe_options.num_probes == 16
+    assert probe.schedule.warmup_steps == 20 and probe.init.source is None  # --model.init_from, read as init.source
+    image = image_main(["--config", str(configs / "images_quick.yaml"), f"--data.init_args.root={tmp_path / 'i'}",
+                        "--trainer.logger=false"], run=False).model
+    assert type(image) is ImageClassifier and image.hparams.net_kwargs["depth"] == 4
