@@ -86,6 +86,7 @@ MOVED: dict[str, tuple[str, str | None, bool]] = {
     "dna_video.checkpoints.__main__": ("dna_video.tools.checkpoints", "dna_video.tools.checkpoints", True),
     # One word per meaning: the checkpoint load report, the evaluation report, the run summary.
     "dna_video.checkpoints.report": ("dna_video.checkpoints.load_report", None, True),
+    "dna_video.checkpoints.dna_init": ("dna_video.models.attention.negative_init", None, True),
     "dna_video.analysis.reports": ("dna_video.analysis.evaluation_report", None, True),
     "dna_video.callbacks.test_report": ("dna_video.training.callbacks.evaluation_report", None, True),
     "dna_video.callbacks.summary": ("dna_video.checkpoints.run_summary", None, True),

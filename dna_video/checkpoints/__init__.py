@@ -15,13 +15,13 @@ Where things are: :mod:`.io` reads files; :mod:`.layouts` holds the key maps, th
 architecture facts and the geometry; :mod:`.conversion` the pure conversion (checkpoint +
 target model -> state dict + report); :mod:`.outcomes` / :mod:`.load_report` the report as data;
 :mod:`.loading` the import (conversion, ``load_state_dict``, initialisations the report calls
-for); :mod:`.dna_init` the negative-branch policies; :mod:`.export` the Hugging Face and
+for); :mod:`dna_video.models.attention.negative_init` the negative-branch policies; :mod:`.export` the Hugging Face and
 reference TimeSformer exports. ``dna-video checkpoints --help`` inspects and exports
 from the command line.
 """
 
 from dna_video.checkpoints.conversion import ImportOptions, TargetModel, convert_checkpoint
-from dna_video.checkpoints.dna_init import DNA_INIT_POLICIES, init_negative_branch
+from dna_video.models.attention.negative_init import DNA_INIT_POLICIES, init_negative_branch
 from dna_video.checkpoints.export import export_huggingface, export_reference
 from dna_video.checkpoints.io import CheckpointError, RawCheckpoint, read_checkpoint
 from dna_video.checkpoints.layouts import detect_layout, hf_config_to_kwargs, infer_geometry

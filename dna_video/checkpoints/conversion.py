@@ -34,7 +34,7 @@ from einops import rearrange
 from torch import Tensor
 
 from dna_video.models.timesformer import TimeSformer, resample_pos_embed, resample_time_embed
-from dna_video.checkpoints.dna_init import DNA_INIT_POLICIES
+from dna_video.models.attention.negative_init import DNA_INIT_POLICIES
 from dna_video.checkpoints.io import CheckpointError, RawCheckpoint
 from dna_video.checkpoints.layouts import (
     SUBTRACTED_BRANCH,

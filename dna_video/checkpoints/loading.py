@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from dna_video.models.init import init_module
 from dna_video.models.timesformer import TimeSformer
 from dna_video.checkpoints.conversion import ImportOptions, OfficialCheckpoint, TargetModel, convert_checkpoint
-from dna_video.checkpoints.dna_init import init_negative_branch
+from dna_video.models.attention.negative_init import init_negative_branch
 from dna_video.checkpoints.io import CheckpointError, RawCheckpoint, read_checkpoint, unwrap_state_dict
 from dna_video.checkpoints.layouts import detect_layout, infer_geometry, to_official
 from dna_video.checkpoints.outcomes import FRESH_INIT, NEGATIVE_BRANCH_INIT, Outcome, Reason
@@ -90,13 +90,6 @@ class PretrainedWeights:
         if self.source in ("None", "null", ""):
             self.source = None
 
-    @classmethod
-    def of(cls, value: "PretrainedWeights | dict[str, Any] | None") -> "PretrainedWeights":
-        """From itself, a dict of its fields (hyper-parameters as saved) or None (no import)."""
-        if value is None:
-            return cls()
-        return value if isinstance(value, cls) else cls(**value)
-
     def load_into(self, model: TimeSformer) -> LoadReport | None:
         """Import :attr:`source` into ``model`` (None when there is no source)."""
         if not self.source:
@@ -130,7 +123,7 @@ def load_pretrained(
         strict: fail, listing them, if any model tensor is not taken from the checkpoint or any
             checkpoint tensor is left unused (resampling is allowed).
         dna_init: how DnA's Q-, V- are set when the checkpoint has none: ``random``,
-            ``scaled_copy`` or ``orthogonal`` (see :mod:`.dna_init`).
+            ``scaled_copy`` or ``orthogonal`` (see :mod:`dna_video.models.attention.negative_init`).
         dna_init_eps: eps of ``scaled_copy``.
         negate_v_neg: negate V- on import, for checkpoints of implementations that SUBTRACT
             the negative branch (the reference's ``vit/dna.py``); ours adds it.

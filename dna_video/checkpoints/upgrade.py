@@ -94,8 +94,7 @@ def upgrade_model_options(options: dict[str, Any]) -> dict[str, Any]:
             out[key] = copy.deepcopy(value)
         elif key in _MERGED:
             for inner, inner_value in (value or {}).items():
-                name = {"dna_init_eps": "dna_init_eps"}.get(inner, inner)
-                out.setdefault(place, {})[name] = copy.deepcopy(inner_value)
+                out.setdefault(place, {})[inner] = copy.deepcopy(inner_value)
         else:
             group, _, field = place.partition(".")
             out.setdefault(group, {})[field] = copy.deepcopy(value)

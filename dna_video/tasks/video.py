@@ -132,7 +132,7 @@ class VideoClassifier(TaskModule):
             raise ValueError(f"backbone_lr_mult must be >= 0, got {backbone_lr_mult}")
         self.save_plain_hyperparameters()
         self.network = TimeSformerSpec.of(network)
-        self.init = PretrainedWeights.of(init)
+        self.init = _group(PretrainedWeights, init)
         self.schedule = _group(Schedule, schedule)
         self.evaluation = _group(Evaluation, evaluation)
         self.init_report: LoadReport | None = None
