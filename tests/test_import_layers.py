@@ -19,6 +19,7 @@ PACKAGE = "dna_video"
 # modules below it; the longest matching prefix wins. Names not yet in the package are where
 # modules of that kind go.
 LAYERS: list[tuple[str, list[str]]] = [
+    ("foundations", ["dna_video.common"]),
     ("networks and data", ["dna_video.models", "dna_video.data"]),
     ("checkpoints", ["dna_video.checkpoints"]),
     # Tasks and analysis are one layer: either may import the other.

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
+from dna_video.common.atomic import atomic_path, write_json
 from dna_video.models.attention import attention_kind, attention_kinds
 from dna_video.models.timesformer import TimeSformer
 from dna_video.checkpoints.conversion import TargetModel
@@ -50,10 +50,11 @@ def export_huggingface(model: TimeSformer, folder: str | Path, class_names: Sequ
     folder.mkdir(parents=True, exist_ok=True)
     id2label = dict(enumerate(class_names)) if class_names is not None else None
     config = hf_config_from_model(model, id2label)
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     state = {k: v.detach().cpu().contiguous() for k, v in official_to_hf(model.state_dict()).items()}
-    # transformers refuses safetensors files without this metadata.
-    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    # The weights first: a folder never holds a new config.json beside an old model's weights.
+    with atomic_path(folder / "model.safetensors") as partial:
+        save_file(state, partial, metadata={"format": "pt"})  # transformers refuses it without this metadata
+    write_json(folder / "config.json", config, indent=2)
     return folder
 
 
@@ -81,5 +82,6 @@ def export_reference(model: TimeSformer, path: str | Path, epoch: int = 0) -> Pa
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in official_to_reference(model.state_dict()).items()}
-    torch.save({"model_state": state, "epoch": epoch, "cfg": reference_cfg(model)}, path)
+    with atomic_path(path) as partial:
+        torch.save({"model_state": state, "epoch": epoch, "cfg": reference_cfg(model)}, partial)
     return path

@@ -18,7 +18,6 @@ The video for ``maps`` is sampled as the checkpoint's evaluation was (one clip, 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dna_video.common.atomic import atomic_path, write_json
 from dna_video.analysis import maps as attention_maps
 from dna_video.analysis.inference import device_of, load_model, read_views
 from dna_video.analysis.plotting import attention_gif, attention_grid_png, subspace_png, temporal_png
@@ -93,8 +93,9 @@ def run_maps(checkpoint: str, video: str, out: str, layer: int = -1, head: int |
                                  f"{Path(video).name}: temporal attention, layer {index} ({which})"),
     }
     tensors = folder / f"{stem}_maps.pt"
-    torch.save({"spatial": shown, "temporal": temporal, "frames": torch.from_numpy(frames), "layer": index,
-                "head": head, "probs": probs, "class_names": model.class_names}, tensors)
+    with atomic_path(tensors) as partial:
+        torch.save({"spatial": shown, "temporal": temporal, "frames": torch.from_numpy(frames), "layer": index,
+                    "head": head, "probs": probs, "class_names": model.class_names}, partial)
     written["tensors"] = tensors
     return written
 
@@ -113,10 +114,10 @@ def run_subspaces(checkpoint: str, out: str, reference: str | None = None, k: in
         ref_net = load_model(reference, num_heads=num_heads, warn_defaults=False).net
         records = compare_records(records, subspace_records(ref_net))
         intruders = folder / "intruders.json"
-        intruders.write_text(json.dumps(intruder_records(net, ref_net, k, epsilon), indent=1))
+        write_json(intruders, intruder_records(net, ref_net, k, epsilon))
         written["intruders"] = intruders
     path = folder / "subspaces.json"
-    path.write_text(json.dumps(records, indent=1))
+    write_json(path, records)
     written["records"] = path
     written["heatmap"] = subspace_png(records, folder / "subspaces.png", f"{Path(checkpoint).name}: V+ / V- subspaces")
     return written

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from dna_video.common.atomic import atomic_path, write_text
 from dna_video.analysis.inference import LoadedModel, device_of, load_model, read_views
 from dna_video.training.callbacks.predictions import write_predictions_csv
 from dna_video.data.video import VideoDecodeError
@@ -146,17 +147,17 @@ def write_features(path: str | Path, paths: Sequence[str], features: torch.Tenso
     """``.pt``: ``{"paths": [...], "features": (N, D) tensor}``; ``.npy``: a structured array
     with fields ``path`` and ``features`` (loads with plain ``np.load``, no pickle)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".pt":
-        torch.save({"paths": list(paths), "features": features}, path)
-    elif path.suffix == ".npy":
-        width = max((len(p) for p in paths), default=1)
-        table = np.zeros(len(paths), dtype=[("path", f"U{width}"), ("features", "f4", (features.shape[1],))])
-        table["path"] = list(paths)
-        table["features"] = features.numpy()
-        np.save(path, table)
-    else:
+    if path.suffix not in (".pt", ".npy"):
         raise ValueError(f"--features {path}: use a .npy or .pt file")
+    with atomic_path(path) as partial:
+        if path.suffix == ".pt":
+            torch.save({"paths": list(paths), "features": features}, partial)
+        else:
+            width = max((len(p) for p in paths), default=1)
+            table = np.zeros(len(paths), dtype=[("path", f"U{width}"), ("features", "f4", (features.shape[1],))])
+            table["path"] = list(paths)
+            table["features"] = features.numpy()
+            np.save(partial, table)
     return path
 
 
@@ -253,10 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     records = prediction_records(paths, probs, known, model.class_names, args.top_k)
     if records:
         print(_table(records))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    if not records and (args.out or args.features):
+        # Every video failed: earlier result files stay as they were.
+        print(f"no video could be read: {args.out or args.features} not written", file=sys.stderr)
+    elif args.out:
         if args.out.endswith(".json"):
-            Path(args.out).write_text(json.dumps({
+            write_text(args.out, json.dumps({
                 "checkpoint": model.source, "settings": asdict(model.settings) | {"aggregate": model.aggregate},
                 "class_names": model.class_names, "predictions": records,
                 "failed": [{"path": p, "error": e} for p, e in failed],
@@ -267,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                         "pred": probs[i: i + 1].argmax(-1)} for i, p in enumerate(paths)]
             write_predictions_csv(args.out, outputs, model.class_names, args.top_k)
         print(f"wrote {len(records)} predictions to {args.out}")
-    if args.features and features is not None:
+    if args.features and features is not None and records:
         write_features(args.features, paths, features)
         print(f"wrote {len(paths)} feature vectors ({features.shape[1]}-d) to {args.features}")
     if failed:

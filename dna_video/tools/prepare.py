@@ -28,7 +28,6 @@ FILE`` writes every file's outcome as JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import multiprocessing as mp
 import os
@@ -39,6 +38,8 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+
+from dna_video.common.atomic import write_json
 
 log = logging.getLogger(__name__)
 
@@ -306,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
 
     console.print(f"done in {time.perf_counter() - start:.1f} s")
     if args.report:
-        Path(args.report).write_text(json.dumps(report, indent=1))
+        write_json(args.report, report)
     return 1 if failed else 0
 
 

@@ -56,7 +56,7 @@ from dna_video.checkpoints.upgrade import upgrade_checkpoint
 from dna_video.tasks import ImageClassifier, ProbeClassifierModule, TaskModule, VideoClassifier  # noqa: F401
 from dna_video.data.images import ImageFolderDataModule, SyntheticImageFolder  # noqa: F401
 from dna_video.training.configs import resolve_config_names, upgrade_0_1_command_line
-from dna_video.training.runs import AtomicCheckpointIO, Experiment, keep_csv_metrics, prepare_restore
+from dna_video.training.runs import AtomicCheckpointIO, AtomicSaveConfig, Experiment, keep_csv_metrics, prepare_restore
 
 # What every run does unless its config says otherwise; the recipe's 15 epochs among them.
 RUN_DEFAULTS = {
@@ -239,6 +239,7 @@ def main(args: list[str] | None = None, run: bool = True, model_class: type | No
         subclass_mode_data=True,
         seed_everything_default=0,
         trainer_defaults=RUN_DEFAULTS,
+        save_config_callback=AtomicSaveConfig,
         save_config_kwargs={"overwrite": True},
         # The model owns its optimiser and schedule (model.optimizer, model.lr_scheduler).
         auto_configure_optimizers=False,

@@ -28,14 +28,17 @@ from typing import Any
 
 import torch
 from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from dna_video.checkpoints.upgrade import upgrade_checkpoint
+from dna_video.common.atomic import atomic_path
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "AtomicCheckpointIO",
+    "AtomicSaveConfig",
     "RestoreError",
     "Experiment",
     "RunRecord",
@@ -168,17 +171,28 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         fs = get_filesystem(path)
         if type(fs).__name__ != "LocalFileSystem":
             return super().save_checkpoint(checkpoint, path, storage_options)
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-        try:
-            with open(partial, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(partial, path)
-        finally:
-            partial.unlink(missing_ok=True)
+        with atomic_path(path, fsync=True) as partial:
+            torch.save(checkpoint, partial)
+
+
+class AtomicSaveConfig(SaveConfigCallback):
+    """The run's ``config.yaml``, written whole (:mod:`dna_video.common.atomic`): Lightning's
+    callback writes it in place. A run reaching this point owns its folder (the CLI claimed it
+    or was told to overwrite it), so an existing file is replaced."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self.already_saved:
+            return
+        log_dir = trainer.log_dir  # a broadcast under DDP: every rank asks
+        if trainer.is_global_zero and self.save_to_log_dir and log_dir is not None:
+            if type(get_filesystem(log_dir)).__name__ != "LocalFileSystem":
+                return super().setup(trainer, pl_module, stage)
+            with atomic_path(Path(log_dir) / self.config_filename) as partial:
+                self.parser.save(self.config, str(partial), skip_none=False, overwrite=True, multifile=self.multifile)
+        if trainer.is_global_zero:
+            self.save_config(trainer, pl_module, stage)
+            self.already_saved = True
+        self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
 
 # -- run identity -----------------------------------------------------------------------

@@ -16,7 +16,6 @@ pad); they are gathered on rank 0, which alone writes.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback
 
 from dna_video.analysis.plotting import confusion_png
+from dna_video.common.atomic import write_json
 from dna_video.analysis.evaluation_report import evaluation_report
 from dna_video.training.callbacks.predictions import write_predictions_csv
 
@@ -99,7 +99,7 @@ class EvaluationReportWriter(Callback):
         report["aggregate"] = getattr(getattr(pl_module, "evaluation", None), "aggregate", "logits")
         folder.mkdir(parents=True, exist_ok=True)
         metrics = folder / f"{self.prefix}metrics.json"
-        metrics.write_text(json.dumps(report, indent=1))
+        write_json(metrics, report)
         write_predictions_csv(folder / f"{self.prefix}predictions.csv", outputs, report["class_names"], self.top_k)
         confusion_png(report["confusion_matrix"], report["class_names"], folder / f"{self.prefix}confusion.png")
         log.info(

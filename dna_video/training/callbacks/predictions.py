@@ -22,6 +22,8 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
+from dna_video.common.atomic import atomic_path
+
 log = logging.getLogger(__name__)
 
 __all__ = ["PREDICTION_COLUMNS", "PredictionWriter", "prediction_rows", "write_predictions_csv"]
@@ -51,7 +53,7 @@ def prediction_rows(out: dict[str, Any], class_names: Sequence[str] | None = Non
 
 
 def _write_rows(path: str | Path, rows: Iterable[list]) -> None:
-    with open(path, "w", newline="") as f:
+    with atomic_path(path) as partial, open(partial, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(PREDICTION_COLUMNS)
         writer.writerows(rows)

@@ -9,7 +9,6 @@ files; they are plain JSON for any other script too.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import statistics
@@ -20,6 +19,7 @@ import lightning as L
 import torch
 
 from dna_video.checkpoints.run_summary import SUMMARY_FILE, read_summary
+from dna_video.common.atomic import write_json
 
 __all__ = ["RunSummary", "SUMMARY_FILE", "read_summary"]
 
@@ -80,6 +80,4 @@ class RunSummary(L.Callback):
         run_dir.mkdir(parents=True, exist_ok=True)
         summary = read_summary(run_dir)
         summary.update(log_dir=str(run_dir.resolve()), **sections)
-        tmp = run_dir / (SUMMARY_FILE + ".tmp")
-        tmp.write_text(json.dumps(summary, indent=1))
-        os.replace(tmp, run_dir / SUMMARY_FILE)  # never a half-written summary
+        write_json(run_dir / SUMMARY_FILE, summary)  # never a half-written summary
