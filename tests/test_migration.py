@@ -32,6 +32,13 @@ def runs(tmp_path):
     """A copy of the 0.1 run folders (the commands below write into them)."""
     copy = tmp_path / "runs"
     shutil.copytree(FIXTURES / "runs", copy)
+    # The registry names the runs where 0.1 wrote them: here, the copy (as for a user's own folder).
+    registry = copy / "runs.jsonl"
+    records = [json.loads(line) for line in registry.read_text().splitlines()]
+    for record in records:
+        for key in ("log_dir", "checkpoint_dir"):
+            record[key] = str(copy / record[key].split("/v0_1/runs/", 1)[1])
+    registry.write_text("".join(json.dumps(r) + "\n" for r in records))
     return copy
 
 

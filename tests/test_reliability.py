@@ -142,7 +142,8 @@ def test_atomic_checkpoint_write_keeps_the_old_file_when_the_save_dies(tmp_path,
     io.save_checkpoint({"state_dict": {"w": torch.ones(3)}, "epoch": 1}, path)
 
     def dies_half_way(obj, f):
-        f.write(b"PK\x03\x04 half a checkpoint")
+        with open(f, "wb") as out:  # a path: the temporary file beside the checkpoint
+            out.write(b"PK\x03\x04 half a checkpoint")
         raise KeyboardInterrupt  # what a kill looks like from inside
 
     monkeypatch.setattr(torch, "save", dies_half_way)

@@ -200,6 +200,10 @@ class VideoDataModule(L.LightningDataModule):
         timeout: float = 0.0,
     ) -> None:
         super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"data.init_args.batch_size is {batch_size}: give 1 or more (clips per batch)")
+        if num_workers < 0:
+            raise ValueError(f"data.init_args.num_workers is {num_workers}: give 0 (load in the main process) or more")
         # Every argument, a subclass's too, in each checkpoint (datamodule_hyper_parameters).
         self.save_hyperparameters()
         self.root = root
@@ -255,6 +259,12 @@ class VideoDataModule(L.LightningDataModule):
         transform = EvalClipTransform(self.crop_size, crops, self.mean, self.std)
         return VideoClipDataset(records, self.sampler, transform, train=False, num_clips=clips,
                                 slow_decode_warning=self.timeout / 2)
+
+    def check_inputs(self, stage: str) -> None:
+        """Find now what would stop ``stage`` later: the command line calls this before it
+        creates a run folder. Builds the splits ``stage`` reads (kept for :meth:`setup`), so a
+        missing root, an empty split or missing videos stop the command before it writes."""
+        self.setup(stage)
 
     def setup(self, stage: str | None = None) -> None:
         wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}

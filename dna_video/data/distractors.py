@@ -160,18 +160,25 @@ def generate_distractor_dataset(
     """Write the videos and their masks under ``root`` unless they are there with the same
     parameters (written to a sibling folder and moved in place: never half a dataset)."""
     root = Path(root)
-    if level == "none":  # the distractor options do not change these videos
-        num_distractors, distractor_size, similarity = 0, 1.0, 0.0
-    options = dict(level=level, num_distractors=num_distractors, distractor_size=distractor_size,
-                   similarity=similarity, height=height, width=width)
-    params = dict(version=GENERATOR_VERSION, videos_per_subject_class=videos_per_subject_class, seed=seed,
-                  classes=list(SYNTHETIC_CLASSES), **options)
+    params = _parameters(level, num_distractors, distractor_size, similarity, videos_per_subject_class, seed,
+                         height, width)
+    options = {k: params[k] for k in ("level", "num_distractors", "distractor_size", "similarity", "height", "width")}
     render_scene(0, 0, **options)  # bad options fail here, before any worker starts
     plan = _video_plan(seed, videos_per_subject_class)
     return write_generated_dataset(
         root, MANIFEST, params, _write_one,
         lambda folder: [(str(folder / name.filename), label, s, options) for name, label, s in plan], workers,
     )
+
+
+def _parameters(level: str, num_distractors: int, distractor_size: float, similarity: float,
+                videos_per_subject_class: int, seed: int, height: int, width: int) -> dict:
+    """What the manifest of a distractor dataset records."""
+    if level == "none":  # the distractor options do not change these videos
+        num_distractors, distractor_size, similarity = 0, 1.0, 0.0
+    return dict(version=GENERATOR_VERSION, videos_per_subject_class=videos_per_subject_class, seed=seed,
+                classes=list(SYNTHETIC_CLASSES), level=level, num_distractors=num_distractors,
+                distractor_size=distractor_size, similarity=similarity, height=height, width=width)
 
 
 class SyntheticDistractors(SyntheticSmarthome):
@@ -217,6 +224,10 @@ class SyntheticDistractors(SyntheticSmarthome):
     def prepare_data(self) -> None:
         generate_distractor_dataset(self.root, videos_per_subject_class=self.videos_per_subject_class,
                                     seed=self.seed, **self.scene)
+
+    def manifest(self) -> tuple[str, dict]:
+        return MANIFEST, _parameters(videos_per_subject_class=self.videos_per_subject_class, seed=self.seed,
+                                     **self.scene)
 
     def make_dataset(self, split: str, records: list[VideoRecord]) -> VideoClipDataset:
         dataset = super().make_dataset(split, records)

@@ -189,6 +189,14 @@ def write_generated_dataset(
     return root
 
 
+def _parameters(videos_per_subject_class: int, seed: int, height: int = 84, width: int = 112) -> dict:
+    """What a generated dataset's manifest records: the same parameters write the same videos."""
+    return dict(
+        version=GENERATOR_VERSION, videos_per_subject_class=videos_per_subject_class,
+        seed=seed, height=height, width=width, classes=list(SYNTHETIC_CLASSES),
+    )
+
+
 def generate_synthetic_dataset(
     root: str | os.PathLike,
     videos_per_subject_class: int = 6,
@@ -199,10 +207,7 @@ def generate_synthetic_dataset(
 ) -> Path:
     """Write the dataset under ``root`` unless it is already there with the same parameters
     (:func:`write_generated_dataset`)."""
-    params = dict(
-        version=GENERATOR_VERSION, videos_per_subject_class=videos_per_subject_class,
-        seed=seed, height=height, width=width, classes=list(SYNTHETIC_CLASSES),
-    )
+    params = _parameters(videos_per_subject_class, seed, height, width)
     plan = _video_plan(seed, videos_per_subject_class)
     return write_generated_dataset(
         Path(root), MANIFEST, params, _write_one,
@@ -238,6 +243,29 @@ class SyntheticSmarthome(ProtocolDataModule):
 
     def prepare_data(self) -> None:
         generate_synthetic_dataset(self.root, self.videos_per_subject_class, self.seed)
+
+    def manifest(self) -> tuple[str, dict]:
+        """The generated dataset's manifest file name and the parameters it must record."""
+        return MANIFEST, _parameters(self.videos_per_subject_class, self.seed)
+
+    def check_inputs(self, stage: str) -> None:
+        """As :meth:`VideoDataModule.check_inputs` once the dataset is there; before that, a
+        root that holds something else stops the command, and an absent one is announced
+        (a mistyped root would otherwise fill a new folder without a word)."""
+        root = Path(self.root)
+        name, parameters = self.manifest()
+        manifest = root / name
+        if manifest.is_file() and json.loads(manifest.read_text()) == parameters:
+            return super().check_inputs(stage)
+        if root.exists() and not manifest.is_file():
+            raise FileExistsError(
+                f"data.init_args.root {root} exists but holds no {name}: not a generated dataset folder; "
+                "choose another root or remove it"
+            )
+        videos = len(_video_plan(self.seed, self.videos_per_subject_class))
+        log.warning("data.init_args.root %s %s: generating the synthetic dataset there (%d videos) before the run. "
+                    "If you meant a dataset you have, check the root", root.resolve(),
+                    "holds another version of it" if root.exists() else "does not exist", videos)
 
     def list_files(self) -> tuple[list[Path], str]:
         return sorted(Path(self.root).glob("*.mp4")), str(self.root)

@@ -56,7 +56,14 @@ from dna_video.checkpoints.upgrade import upgrade_checkpoint
 from dna_video.tasks import ImageClassifier, ProbeClassifierModule, TaskModule, VideoClassifier  # noqa: F401
 from dna_video.data.images import ImageFolderDataModule, SyntheticImageFolder  # noqa: F401
 from dna_video.training.configs import resolve_config_names, upgrade_0_1_command_line
-from dna_video.training.runs import AtomicCheckpointIO, AtomicSaveConfig, Experiment, keep_csv_metrics, prepare_restore
+from dna_video.training.runs import (
+    AtomicCheckpointIO,
+    AtomicSaveConfig,
+    Experiment,
+    keep_csv_metrics,
+    prepare_restore,
+    start_run,
+)
 
 # What every run does unless its config says otherwise; the recipe's 15 epochs among them.
 RUN_DEFAULTS = {
@@ -86,6 +93,13 @@ class DnACLI(LightningCLI):
             type=bool,
             default=True,
             help="After fit, test the best checkpoint (fit subcommand only).",
+        )
+        parser.add_argument(
+            "--overwrite",
+            type=bool,
+            default=False,
+            help="Let fit write over a run folder that already holds a run (a trainer.logger version "
+            "given explicitly); without it such a fit stops before writing anything.",
         )
 
     def __init__(self, *args: Any, default_model: str, **kwargs: Any) -> None:
@@ -149,16 +163,28 @@ class DnACLI(LightningCLI):
         trainer = super()._instantiate_trainer(config, callbacks)
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # not one the user chose
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
-        if trainer.is_global_zero:
-            for logger in trainer.loggers:
-                if isinstance(logger, CSVLogger):  # reopened by a resume or an evaluation
-                    keep_csv_metrics(logger)
         return trainer
 
+    def _start(self) -> None:
+        """Before anything is written: the data checked (a missing root or an empty split stops
+        here), then the run folder claimed (:func:`~dna_video.training.runs.start_run`)."""
+        config = self.config[self.subcommand]
+        check = getattr(self.datamodule, "check_inputs", None)
+        if check is not None:
+            check(self.subcommand)
+        start_run(self.trainer.loggers, self.subcommand, config.get("ckpt_path"), bool(config.get("overwrite")))
+        if self.trainer.is_global_zero:
+            for logger in self.trainer.loggers:
+                if isinstance(logger, CSVLogger):  # reopened by a resume or an evaluation
+                    keep_csv_metrics(logger)
+
     def before_fit(self) -> None:
+        self._start()
         if self.trainer.max_epochs == 0 or self.trainer.max_steps == 0:
             log.warning("trainer.max_epochs / max_steps is 0: nothing will be trained; validation and the test "
                         "after fit measure the model's starting weights")
+
+    before_validate = before_test = before_predict = _start
 
     def after_fit(self) -> None:
         if self.config[self.subcommand].get("test_after_fit"):
@@ -250,7 +276,7 @@ def main(args: list[str] | None = None, run: bool = True, model_class: type | No
 
 # Errors that are the user's to fix (configuration, data, checkpoints, divergence): printed as
 # one message, without a traceback, unless DNA_VIDEO_TRACEBACK=1.
-USER_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, NonFiniteError, MisconfigurationException)
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, NonFiniteError, MisconfigurationException)
 
 
 def console_main(args: list[str] | None = None, model_class: type | None = None) -> None:

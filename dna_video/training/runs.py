@@ -44,10 +44,14 @@ __all__ = [
     "RunRecord",
     "compare_hparams",
     "find_latest_run",
+    "claim_run_folder",
+    "evaluation_folder",
     "keep_csv_metrics",
     "read_run_checkpoint",
     "record_run",
+    "run_files",
     "run_of_checkpoint",
+    "start_run",
 ]
 
 REGISTRY = "runs.jsonl"
@@ -326,6 +330,83 @@ def set_logger_version(logger: Any, version: str, subfolder: str | None = None) 
     logger.init_args[argument] = value
 
 
+# Loggers whose runs are folders `<save_dir>/<name>/<version>`: the ones a run folder is claimed for.
+FOLDER_LOGGERS = ("TensorBoardLogger", "CSVLogger")
+# Files that mark a folder as holding a run.
+RUN_FILES = ("summary.json", "config.yaml", "hparams.yaml", "metrics.csv")
+
+
+def _is_rank_zero() -> bool:
+    """From the launcher's environment: ``Trainer.global_rank`` is set only once a run starts."""
+    return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0 and os.environ.get("NODE_RANK", "0") == "0"
+
+
+def run_files(folder: str | os.PathLike) -> list[str]:
+    """What in ``folder`` belongs to a run: its result files and checkpoints (empty: no run)."""
+    folder = Path(folder)
+    found = [name for name in RUN_FILES if (folder / name).is_file()]
+    found += [f"checkpoints/{p.name}" for p in sorted((folder / "checkpoints").glob("*.ckpt"))]
+    return found
+
+
+def claim_run_folder(logger: Any) -> Path:
+    """Give a folder logger (TensorBoard, CSV) without a version the next free ``version_N``,
+    claimed by creating the folder: ``mkdir`` succeeds for one process only, so two runs
+    started together never share a folder (the logger's own numbering only lists folders)."""
+    root = Path(logger.root_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    taken = [int(p.name[8:]) for p in root.glob("version_*") if p.name[8:].isdigit()]
+    number = max(taken, default=-1) + 1
+    while True:
+        try:
+            (root / f"version_{number}").mkdir()
+            break
+        except FileExistsError:
+            number += 1
+    logger._version = number  # the loggers have no setter; `version` reads this once set
+    return root / f"version_{number}"
+
+
+def start_run(loggers: list[Any], subcommand: str, ckpt_path: str | None, overwrite: bool) -> None:
+    """Before a command writes anything: each folder logger without a version gets a folder of
+    its own (:func:`claim_run_folder`); a ``fit`` into a folder that already holds a run needs
+    ``overwrite``, unless it resumes a checkpoint of that run. Other loggers keep their own
+    run identities (MLflow, W&B)."""
+    if not _is_rank_zero():
+        return
+    for logger in loggers:
+        if type(logger).__name__ not in FOLDER_LOGGERS:
+            continue
+        if logger._version is None:
+            folder = claim_run_folder(logger)
+            log.info("%s: run folder %s", subcommand, folder)
+            continue
+        if subcommand != "fit":
+            continue  # an evaluation's own folder inside a run (<run>/<command>/), replaced each time
+        folder = Path(logger.log_dir)
+        held = run_files(folder)
+        resuming = bool(ckpt_path) and Path(ckpt_path).resolve().parent.parent == folder.resolve()
+        if not held or resuming:
+            continue
+        if not overwrite:
+            raise RestoreError(
+                f"run folder {folder} already holds a run ({', '.join(held[:4])}{', ...' if len(held) > 4 else ''}): "
+                "pass --overwrite true to write over it, --ckpt_path last to continue it, or leave "
+                "trainer.logger's version unset for a new folder"
+            )
+        log.warning("--overwrite: fit writes over the run in %s (%d files there are replaced as it writes)",
+                    folder, len(held))
+
+
+def evaluation_folder(checkpoint: str | os.PathLike) -> Path | None:
+    """The run folder that holds ``checkpoint`` (``<run>/checkpoints/<file>.ckpt`` beside the
+    run's files), or None for a checkpoint kept anywhere else."""
+    folder = Path(checkpoint).resolve().parent
+    if folder.name != "checkpoints" or not run_files(folder.parent):
+        return None
+    return folder.parent
+
+
 def keep_csv_metrics(logger: Any) -> None:
     """A CSVLogger opening an existing run folder deletes its ``metrics.csv``: put the rows
     back and let the writer append to them (a resumed run continues its metrics file)."""
@@ -334,10 +415,10 @@ def keep_csv_metrics(logger: Any) -> None:
     path = Path(logger.log_dir) / "metrics.csv"
     if not path.is_file():
         return
-    kept = path.read_text()
+    kept = path.read_bytes()  # as bytes: the csv module ends its lines with \r\n
     writer = logger.experiment  # deletes the file
-    path.write_text(kept)
-    header = next(csv.reader(kept.splitlines()), [])
+    path.write_bytes(kept)
+    header = next(csv.reader(kept.decode().splitlines()), [])
     writer.metrics_keys = list(header)
 
 
@@ -375,4 +456,21 @@ def prepare_restore(config: Any, subcommand: str) -> list[str]:
         version = run_of_checkpoint(experiment, ckpt_path)
     if version is not None:
         set_logger_version(logger, version, None if subcommand == "fit" else subcommand)
+    elif subcommand != "fit" and logger:
+        run = evaluation_folder(ckpt_path)
+        if run is not None:
+            _log_into(logger, run, subcommand)
     return warnings
+
+
+def _log_into(logger: Any, run: Path, subfolder: str) -> None:
+    """Point a folder logger (as parsed) at ``<run>/<subfolder>`` of a run outside the
+    command's experiment (another name or save_dir): an evaluation lands beside the
+    checkpoint it evaluates."""
+    if isinstance(logger, (list, tuple)):
+        logger = logger[0]
+    if logger.class_path.rsplit(".", 1)[-1] not in FOLDER_LOGGERS:
+        return
+    logger.init_args["save_dir"] = str(run.parent.parent)
+    logger.init_args["name"] = run.parent.name
+    logger.init_args["version"] = f"{run.name}/{subfolder}"
