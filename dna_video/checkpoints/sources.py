@@ -14,6 +14,10 @@ on every resolution (a truncated or damaged download is caught before it is read
 verified when it carries its hash, as ``...#sha256=<hex>`` or in torch's file-name convention
 ``name-<hex prefix>.pth``. Without network, a cached copy is used; without one, the error says
 what to download and where to put it.
+
+Licences: :func:`weights_licence` says what is known of the licence of weights someone else
+published, from the source's name (:data:`KNOWN_WEIGHTS`, the one table of them); the model
+card names it for the weights a run started from.
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ import os
 import re
 import urllib.error
 import urllib.parse
+from dataclasses import dataclass
 from pathlib import Path
 
 from dna_video.checkpoints.errors import CheckpointError
 
-__all__ = ["resolve_source", "hub_cache_dir", "url_cache_dir"]
+__all__ = ["resolve_source", "hub_cache_dir", "url_cache_dir", "WeightsLicence", "KNOWN_WEIGHTS", "weights_licence"]
 
 # What a TimeSformer folder on the Hub needs: its config and its weights.
 HUB_PATTERNS = ["config.json", "*.safetensors", "*.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json"]
@@ -142,3 +147,75 @@ def _from_url(url: str) -> Path:
                 "download it again."
             )
     return target
+
+
+@dataclass(frozen=True)
+class WeightsLicence:
+    """What is known of the licence of weights a model was started from.
+
+    ``licence`` is an SPDX identifier, or None where this project does not know it; ``terms``
+    says, in a sentence, what the licence asks of a model made from the weights.
+    """
+
+    publisher: str
+    licence: str | None
+    terms: str
+
+    @property
+    def non_commercial(self) -> bool:
+        return bool(self.licence) and "-NC" in self.licence
+
+
+# The official TimeSformer repository puts its work, the Kinetics / SSv2 / HowTo100M weights of its
+# model zoo included, under CC BY-NC 4.0 (its README's licence section and LICENSE file); Hugging
+# Face's `facebook/timesformer-*` models are those weights converted, and their pages state
+# cc-by-nc-4.0.
+_CC_BY_NC_TERMS = (
+    "non-commercial use only, with attribution; a model fine-tuned from these weights is an "
+    "adaptation of them and carries the same restriction"
+)
+OFFICIAL_TIMESFORMER = WeightsLicence(
+    "the official TimeSformer release (facebookresearch/TimeSformer)", "CC-BY-NC-4.0", _CC_BY_NC_TERMS
+)
+HUB_TIMESFORMER = WeightsLicence(
+    "Meta's TimeSformer weights on the Hugging Face Hub (the official release, converted)", "CC-BY-NC-4.0",
+    _CC_BY_NC_TERMS,
+)
+TIMM_VIT = WeightsLicence(
+    "timm's ImageNet ViT weights", None,
+    "the licence stated on the weights' own model page (timm names one per model; dna-video does not "
+    "record it): check it before publishing or using this model commercially",
+)
+
+#: Weight sources recognised by name -> what is known of their licence. A pattern is searched in
+#: the source as given (a path, a Hub id or a URL).
+KNOWN_WEIGHTS: tuple[tuple[re.Pattern[str], WeightsLicence], ...] = (
+    (re.compile(r"^(?:hf://)?facebook/timesformer-", re.IGNORECASE), HUB_TIMESFORMER),
+    # The file names of the official release (TimeSformer_divST_8x32_224_K400.pyth, ...).
+    (re.compile(r"(?:^|[/\\])TimeSformer_(?:divST|jointST|spaceOnly)_[^/\\]*\.pyth$"), OFFICIAL_TIMESFORMER),
+    (re.compile(r"^(?:hf://|hf-hub:)?timm/|rwightman/pytorch-image-models/releases/|storage\.googleapis\.com/vit_models/"),
+     TIMM_VIT),
+)
+
+_UNKNOWN_TERMS = (
+    "dna-video does not know the licence of these weights: check it before publishing or using "
+    "this model, which is made from them"
+)
+# A .pyth is the container of the official TimeSformer code and of its forks (the DnA reference).
+_PYTH_TERMS = (
+    " (a .pyth: the file format of the official TimeSformer code and its forks. If these are the "
+    "official release's weights, or were fine-tuned from them, CC-BY-NC-4.0 applies; the DnA "
+    "reference repository publishes no licence file, so no licence is granted for weights taken "
+    "from it: ask its authors)"
+)
+
+
+def weights_licence(source: str | os.PathLike[str]) -> WeightsLicence:
+    """What is known of the licence of the weights at ``source`` (a path, Hub id or URL), from
+    its name; an unrecognised source gets ``licence=None`` and says so."""
+    text = os.fspath(source)
+    for pattern, licence in KNOWN_WEIGHTS:
+        if pattern.search(text):
+            return licence
+    terms = _UNKNOWN_TERMS + (_PYTH_TERMS if text.lower().endswith(".pyth") else "")
+    return WeightsLicence("unknown", None, terms)

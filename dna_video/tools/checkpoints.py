@@ -12,7 +12,8 @@ softmax or DnA model as the reference TimeSformer's .pyth ('model_state' with ev
 key under 'model.', 'epoch', 'cfg'), the file the authors' code loads (TEST.CHECKPOINT_FILE_PATH
 or TRAIN.CHECKPOINT_FILE_PATH); it imports CHECKPOINT strictly, so the file holds exactly the
 trained model. card writes a model card (data, protocol, recipe, metrics, cost per view, the exact
-command) for a checkpoint of a cli.py run, from the run's own files.
+command, the weights the run started from and their licence) for a checkpoint of a video or probe
+run, from the run's own files; --out is written whole or not at all.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dna_video.checkpoints.card import model_card
 from dna_video.checkpoints.export import export_huggingface, export_reference
 from dna_video.checkpoints.io import CheckpointError
 from dna_video.checkpoints.loading import timesformer_from_checkpoint
+from dna_video.common.atomic import write_text
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     reference.add_argument("checkpoint", help="checkpoint of a trained TimeSformer (e.g. a .ckpt of this project)")
     reference.add_argument("out", help="file to write, e.g. model.pyth")
     reference.add_argument("--epoch", type=int, default=0, help="the file's 'epoch' entry (default 0)")
-    card = sub.add_parser("card", help="model card of a checkpoint written by cli.py fit (markdown)")
+    card = sub.add_parser("card", help="model card of a video or probe checkpoint written by cli.py fit (markdown)")
     card.add_argument("checkpoint", help="a .ckpt inside a run folder (runs/<name>/version_N/checkpoints/)")
     card.add_argument("--out", help="file to write (default: print)")
     return parser
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 1
         if args.out:
-            Path(args.out).write_text(text)
+            write_text(args.out, text)
             print(f"wrote {args.out}")
         else:
             print(text, end="")
