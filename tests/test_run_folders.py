@@ -165,3 +165,20 @@ def test_run_files_lists_what_marks_a_run(tmp_path):
     (tmp_path / "checkpoints" / "best-01.ckpt").write_bytes(b"x")
     (tmp_path / "summary.json").write_text("{}")
     assert run_files(tmp_path) == ["summary.json", "checkpoints/best-01.ckpt"]
+
+
+def test_options_that_clash_with_the_checkpoint_say_where_they_were_set(finished_run, synthetic_root, tmp_path):
+    logs, run, files = finished_run
+    last = run / "checkpoints" / "last.ckpt"
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("model:\n  network:\n    attention: softmax\n")
+    with pytest.raises(RestoreError) as error:
+        main(["validate", *quick_args(synthetic_root, logs, "--config", str(mine), "--data.init_args.num_frames=8",
+                                      f"--ckpt_path={last}")])
+    text = str(error.value)
+    assert f"model.network.attention: given 'softmax' (set in {mine}), the checkpoint has 'dna'" in text
+    assert "model.num_frames: given 8 (from data.init_args.num_frames, set on the command line), " \
+           "the checkpoint has 4" in text
+    # The quickstart config sets neither: validating with it runs the checkpoint's network.
+    cli = main(["validate", *quick_args(synthetic_root, logs, f"--ckpt_path={last}")])
+    assert cli.model.hparams.network["attention"] == "dna"

@@ -56,6 +56,7 @@ from dna_video.checkpoints.upgrade import upgrade_checkpoint
 from dna_video.tasks import ImageClassifier, ProbeClassifierModule, TaskModule, VideoClassifier  # noqa: F401
 from dna_video.data.images import ImageFolderDataModule, SyntheticImageFolder  # noqa: F401
 from dna_video.training.configs import resolve_config_names, upgrade_0_1_command_line
+from dna_video.training.parser import DnAParser, explain_config_error, is_config_dump, option_sources
 from dna_video.training.runs import (
     AtomicCheckpointIO,
     AtomicSaveConfig,
@@ -104,6 +105,7 @@ class DnACLI(LightningCLI):
 
     def __init__(self, *args: Any, default_model: str, **kwargs: Any) -> None:
         self.default_model = default_model
+        self.given_args = list(kwargs.get("args") or [])  # where each option came from, for messages
         super().__init__(*args, **kwargs)
 
     def _parse_ckpt_path(self) -> None:
@@ -114,7 +116,9 @@ class DnACLI(LightningCLI):
             return
         config = self.config[subcommand]
         _apply_model_inputs(config)  # the data's frames and size, as the run had them
-        for line in prepare_restore(config, subcommand):
+        data_class = _import(config.data.class_path) if config.get("data") and config.data.get("class_path") else None
+        data_inputs = getattr(data_class, "MODEL_INPUTS", {})
+        for line in prepare_restore(config, subcommand, option_sources(self.given_args), data_inputs):
             log.warning(line)
         ckpt_path = config.get("ckpt_path")
         if not ckpt_path or not Path(ckpt_path).is_file():
@@ -265,6 +269,7 @@ def main(args: list[str] | None = None, run: bool = True, model_class: type | No
         subclass_mode_data=True,
         seed_everything_default=0,
         trainer_defaults=RUN_DEFAULTS,
+        parser_class=DnAParser,
         save_config_callback=AtomicSaveConfig,
         save_config_kwargs={"overwrite": True},
         # The model owns its optimiser and schedule (model.optimizer, model.lr_scheduler).
@@ -286,5 +291,7 @@ def console_main(args: list[str] | None = None, model_class: type | None = None)
     except USER_ERRORS as exc:
         if os.environ.get("DNA_VIDEO_TRACEBACK") == "1":
             raise
-        sys.stderr.write(f"error: {type(exc).__name__}: {exc}\n(set DNA_VIDEO_TRACEBACK=1 for the traceback)\n")
+        # Raised while jsonargparse built the classes: the Union dump shortened to its reason.
+        text = explain_config_error(str(exc)) if is_config_dump(str(exc)) else str(exc)
+        sys.stderr.write(f"error: {type(exc).__name__}: {text}\n(set DNA_VIDEO_TRACEBACK=1 for the traceback)\n")
         sys.exit(1)

@@ -136,12 +136,19 @@ def _flat(options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def compare_hparams(given: dict[str, Any], saved: dict[str, Any], checkpoint: str) -> list[str]:
+def compare_hparams(given: dict[str, Any], saved: dict[str, Any], checkpoint: str,
+                    sources: dict[str, str] | None = None, data_inputs: dict[str, str] | None = None) -> list[str]:
     """Compare the model options of a command (``given``) with a checkpoint's saved
     hyper-parameters. Raises :class:`RestoreError` listing every option that changes the
     network; returns one warning per other option that differs (the checkpoint's value is the
-    one used)."""
+    one used).
+
+    ``sources`` (:func:`dna_video.training.parser.option_sources`): where the command set
+    each option; an option it did not set is a default, which the checkpoint's value replaces
+    without a word. ``data_inputs``: model options the data fixes (``MODEL_INPUTS``), which
+    always count: the data would feed the network clips of another shape."""
     given, saved = _flat(_plain(given)), _flat(_plain(saved))
+    data_inputs = data_inputs or {}
     network, others = [], []
     for key, saved_value in saved.items():
         if key in IGNORED_HPARAMS or key.startswith("_") or key not in given:
@@ -153,15 +160,28 @@ def compare_hparams(given: dict[str, Any], saved: dict[str, Any], checkpoint: st
         empty = (None, {}, [])
         if value == saved_value or (value in empty and saved_value in empty):
             continue
-        line = f"model.{key}: given {value!r}, the checkpoint has {saved_value!r}"
+        origin = ""
+        if key in data_inputs:
+            data_key = data_inputs[key]
+            where = (sources or {}).get(f"data.{data_key}")
+            origin = f" (from data.init_args.{data_key}, " + (_set_in(where) if where else "its default") + ")"
+        elif sources is not None:
+            if f"model.{key}" not in sources:
+                continue  # a default the user never gave: the checkpoint's value replaces it
+            origin = f" ({_set_in(sources[f'model.{key}'])})"
+        line = f"model.{key}: given {value!r}{origin}, the checkpoint has {saved_value!r}"
         (network if key in NETWORK_HPARAMS else others).append(line)
     if network:
         raise RestoreError(
             f"{checkpoint} holds a different network than the options ask for:\n  " + "\n  ".join(network)
-            + "\nDrop these options (the checkpoint's values apply), or to train a new network from "
-            "these weights use --model.init.source instead of --ckpt_path"
+            + "\nDrop these options where they are set (the checkpoint's values apply), or to train a new "
+            "network from these weights use --model.init.source instead of --ckpt_path"
         )
     return [f"{line}; the checkpoint's value is used (see the run's config.yaml)" for line in others]
+
+
+def _set_in(source: str) -> str:
+    return "set on the command line" if source == "the command line" else f"set in {source}"
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -425,7 +445,8 @@ def keep_csv_metrics(logger: Any) -> None:
 # -- the command's checkpoint -----------------------------------------------------------
 
 
-def prepare_restore(config: Any, subcommand: str) -> list[str]:
+def prepare_restore(config: Any, subcommand: str, sources: dict[str, str] | None = None,
+                    data_inputs: dict[str, str] | None = None) -> list[str]:
     """Before LightningCLI applies a checkpoint's hyper-parameters to ``config`` (the
     subcommand's parsed config): resolve ``ckpt_path: last`` to the experiment's latest run,
     check the file is a checkpoint, refuse options that change its network, point the
@@ -451,7 +472,7 @@ def prepare_restore(config: Any, subcommand: str) -> list[str]:
         log.info("--ckpt_path last: continuing %s (run %s, %s)", record.log_dir, version, ckpt_path)
     checkpoint = upgrade_checkpoint(read_run_checkpoint(ckpt_path))
     given = config.model.get("init_args", config.model) if hasattr(config.model, "get") else config.model
-    warnings = compare_hparams(given, checkpoint.get("hyper_parameters") or {}, str(ckpt_path))
+    warnings = compare_hparams(given, checkpoint.get("hyper_parameters") or {}, str(ckpt_path), sources, data_inputs)
     if version is None:
         version = run_of_checkpoint(experiment, ckpt_path)
     if version is not None:

@@ -1,0 +1,82 @@
+"""A configuration error is one line, the offending key first with the closest valid key; an
+option that clashes with a checkpoint says where it was set."""
+
+from __future__ import annotations
+
+import pytest
+
+from dna_video.training.cli import console_main, main
+from dna_video.training.parser import explain_config_error, option_sources
+from dna_video.training.runs import RestoreError, compare_hparams
+
+QUICKSTART = "configs/quickstart.yaml"
+
+
+def _error_lines(capsys, args, yaml_text=None, tmp_path=None):
+    if yaml_text is not None:
+        extra = tmp_path / "mine.yaml"
+        extra.write_text(yaml_text)
+        args = [*args, "--config", str(extra)]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", QUICKSTART, *args])
+    assert exit_info.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()
+
+
+@pytest.mark.parametrize("yaml_text, line", [
+    ("trainer:\n  max_epoch: 3\n", "error: trainer.max_epoch is not an option; did you mean trainer.max_epochs?"),
+    ("data:\n  class_path: dna_video.data.synthetic.SyntheticSmarthome\n  init_args:\n    batch_sise: 3\n",
+     "error: data.init_args.batch_sise is not an option of SyntheticSmarthome; did you mean data.init_args.batch_size?"),
+    ("data:\n  init_args:\n    num_frame: 3\n",  # an option of the base class, reached through **kwargs
+     "error: data.init_args.num_frame is not an option of SyntheticSmarthome; did you mean data.init_args.num_frames?"),
+    ("model:\n  network:\n    deph: 3\n",
+     "error: model.network.deph is not an option of VideoClassifier's network; did you mean model.network.depth?"),
+    ("model:\n  label_smothing: 0.1\n",
+     "error: model.label_smothing is not an option of VideoClassifier; did you mean model.label_smoothing?"),
+    ("model:\n  colour: red\n", "error: model.colour is not an option of VideoClassifier"),
+])
+def test_a_mistyped_yaml_key_is_one_line_with_the_closest_key(yaml_text, line, capsys, tmp_path):
+    lines = _error_lines(capsys, [], yaml_text, tmp_path)
+    assert len(lines) == 2 and lines[0] == line
+    assert lines[1].endswith(" fit --help lists the options)")  # the program's name as it was run
+
+
+def test_a_value_of_the_wrong_type_names_the_key_and_the_type(capsys):
+    lines = _error_lines(capsys, ["--trainer.max_epochs=abc"])
+    assert lines[0] == "error: trainer.max_epochs: expected int (given abc)" and len(lines) == 2
+
+
+def test_an_error_raised_while_building_the_model_is_its_reason_alone(capsys):
+    with pytest.raises(SystemExit):
+        console_main(["fit", "--config", QUICKSTART, "--model.network.attention=dnna", "--trainer.logger=false"])
+    err = capsys.readouterr().err
+    assert "error: ValueError: unknown attention 'dnna'; choose one of [" in err
+    assert "Union" not in err and "Namespace(" not in err
+
+
+def test_explain_keeps_messages_it_does_not_know():
+    assert explain_config_error("something else entirely") == "something else entirely"
+
+
+def test_option_sources_follow_the_order_jsonargparse_applies(tmp_path):
+    first = tmp_path / "a.yaml"
+    first.write_text("model:\n  network:\n    attention: dna\n    depth: 2\ndata:\n  class_path: x.Y\n"
+                     "  init_args:\n    num_frames: 8\n")
+    sources = option_sources(["--config", str(first), "--model.network.depth=3", "--data.init_args.root", "r"])
+    assert sources == {
+        "model.network": str(first), "model.network.attention": str(first), "model.network.depth": "the command line",
+        "data.num_frames": str(first), "data.root": "the command line",
+    }
+
+
+def test_a_clash_with_a_checkpoint_names_where_the_option_was_set():
+    saved = {"num_frames": 4, "network": {"attention": "softmax", "depth": 1}}
+    given = {"num_frames": 8, "network": {"attention": "dna", "depth": 1}}
+    inputs = {"num_frames": "num_frames"}
+    with pytest.raises(RestoreError) as error:
+        compare_hparams(given, saved, "x.ckpt", {"model.network.attention": "configs/mine.yaml"}, inputs)
+    text = str(error.value)
+    assert "model.network.attention: given 'dna' (set in configs/mine.yaml), the checkpoint has 'softmax'" in text
+    assert "model.num_frames: given 8 (from data.init_args.num_frames, its default), the checkpoint has 4" in text
+    # Options the command never set are defaults: the checkpoint's values replace them silently.
+    assert compare_hparams({"network": {"attention": "dna"}}, {"network": {"attention": "softmax"}}, "x.ckpt", {}) == []
