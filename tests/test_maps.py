@@ -160,8 +160,9 @@ def test_analyze_maps_writes_figures_of_the_expected_size(tmp_path, tiny_checkpo
     gif = Image.open(tmp_path / f"{stem}_maps.gif")
     assert gif.n_frames == settings["num_frames"]
     crop = settings["crop_size"]
-    # Each GIF frame: input + positive + negative + rollout panels, each enlarged twice.
-    assert gif.size == (4 * crop * 2, crop * 2)
+    # Each GIF frame: input + positive + negative + rollout panels, each enlarged twice, with a
+    # title and name strip above and the colour scales below.
+    assert gif.size[0] == 4 * crop * 2 and gif.size[1] > crop * 2
     temporal = Image.open(tmp_path / f"{stem}_temporal.png")
     assert np.asarray(temporal.convert("RGB")).std() > 10
     saved = torch.load(tmp_path / f"{stem}_maps.pt")

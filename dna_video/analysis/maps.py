@@ -5,13 +5,15 @@ path (:meth:`~dna_video.models.attention.Attention.forward_with_maps`), which re
 output as the fused path plus the maps; it keeps those maps. From them:
 
 * :func:`cls_maps`: the spatial attention of the cls token to the patches of each frame,
-  (T, h, w) per branch (DnA: ``positive`` and ``negative``; softmax: ``softmax``);
+  (T, h, w) per branch (DnA: ``positive`` and ``negative``; softmax: ``softmax``; a kind
+  whose registry entry lists signed maps: e.g. ``cog (signed)``, see :func:`branch_name`);
 * :func:`temporal_maps`: the temporal attention between frames, (T, T) per branch, averaged
   over the patch locations;
 * :func:`rollout`: attention rollout (Abnar & Zuidema 2020) of the cls token through every
   divided space-time block, for softmax attention or DnA's positive branch only: rollout
   multiplies row-stochastic maps, and the output of a DnA head is a SIGNED sum of two of them
-  (weights alpha_h, unconstrained), which no single row-stochastic map describes.
+  (weights alpha_h, unconstrained), which no single row-stochastic map describes. Signed maps
+  (cog's sign(p) softmax(|p|)) are refused with a ValueError naming the kind.
 
 Token order (what other tools get wrong): the network's patch tokens are ordered space-major,
 time-minor, ``(n t)``, n = h * w patches in row-major order; the spatial attention sees one
@@ -28,13 +30,30 @@ import torch
 from einops import rearrange, reduce
 from torch import Tensor
 
-from dna_video.models.attention import Attention
+from dna_video.models.attention import Attention, AttentionKind, kind_of
 from dna_video.models.timesformer import TimeSformer
 
-__all__ = ["BRANCH_NAMES", "capture_maps", "cls_maps", "temporal_maps", "rollout", "attention_module_names"]
+__all__ = [
+    "BRANCH_NAMES", "branch_name", "signed_names", "capture_maps", "cls_maps", "temporal_maps", "rollout",
+    "attention_module_names",
+]
 
-#: Display names of the maps each attention kind returns.
+#: Display names of the maps each attention kind returns (for a signed map: :func:`branch_name`).
 BRANCH_NAMES = {"positive": "positive", "negative": "negative", "attn": "softmax"}
+
+
+def branch_name(branch: str, kind: AttentionKind | None = None) -> str:
+    """Display name of the map ``branch`` of an attention of ``kind``: a map the kind's
+    registry entry lists as signed is named for the kind (its one map, ``attn``) or the branch,
+    with ``(signed)``: ``cog (signed)``, never ``softmax``."""
+    if kind is not None and branch in kind.signed_maps:
+        return f"{kind.name if branch == 'attn' else branch} (signed)"
+    return BRANCH_NAMES.get(branch, branch)
+
+
+def signed_names(*kinds: AttentionKind | None) -> set[str]:
+    """Display names of the signed maps of ``kinds`` (what figures draw centred at 0)."""
+    return {branch_name(branch, kind) for kind in kinds if kind is not None for branch in kind.signed_maps}
 
 
 def attention_module_names(net: TimeSformer, layers: Iterable[int], kinds: Iterable[str] = ("spatial", "temporal")) -> list[str]:
@@ -94,35 +113,46 @@ def grid_of(net: TimeSformer, video: Tensor) -> tuple[int, int]:
     return video.shape[-2] // net.patch_size, video.shape[-1] // net.patch_size
 
 
-def cls_maps(maps: dict[str, Tensor], num_frames: int, grid: tuple[int, int], head: int | None = None) -> dict[str, Tensor]:
+def cls_maps(maps: dict[str, Tensor], num_frames: int, grid: tuple[int, int], head: int | None = None,
+             kind: AttentionKind | None = None) -> dict[str, Tensor]:
     """Spatial attention of the cls token to each frame's patches: branch -> (B, T, h, w),
-    from one spatial module's maps (``(b t) heads L L``); mean over heads unless ``head``."""
+    from one spatial module's maps (``(b t) heads L L``); mean over heads unless ``head``.
+    ``kind``: the module's attention kind, which names its signed maps (:func:`branch_name`)."""
     out = {}
     for branch, attn in maps.items():
         row = attn[:, :, 0, 1:] if head is None else attn[:, head: head + 1, 0, 1:]
-        out[BRANCH_NAMES.get(branch, branch)] = rearrange(
+        out[branch_name(branch, kind)] = rearrange(
             reduce(row, "bt heads n -> bt n", "mean"), "(b t) (h w) -> b t h w", t=num_frames, h=grid[0], w=grid[1]
         )
     return out
 
 
-def temporal_maps(maps: dict[str, Tensor], batch: int, head: int | None = None) -> dict[str, Tensor]:
+def temporal_maps(maps: dict[str, Tensor], batch: int, head: int | None = None,
+                  kind: AttentionKind | None = None) -> dict[str, Tensor]:
     """Attention between frames: branch -> (B, T, T) (row: query frame), the mean over patch
     locations (and over heads unless ``head``), from one temporal module's maps
-    (``(b n) heads T T``)."""
+    (``(b n) heads T T``); ``kind`` as for :func:`cls_maps`."""
     out = {}
     for branch, attn in maps.items():
         attn = attn if head is None else attn[:, head: head + 1]
-        out[BRANCH_NAMES.get(branch, branch)] = reduce(attn, "(b n) heads t u -> b t u", "mean", b=batch)
+        out[branch_name(branch, kind)] = reduce(attn, "(b n) heads t u -> b t u", "mean", b=batch)
     return out
 
 
-def _branch(maps: dict[str, Tensor]) -> Tensor:
-    if "attn" in maps:
-        return maps["attn"]
-    if "positive" in maps:
-        return maps["positive"]
-    raise ValueError(f"no softmax or positive-branch map among {sorted(maps)}")
+def _branch(maps: dict[str, Tensor], kind: AttentionKind | None, where: str) -> Tensor:
+    """The map rollout takes from one module's maps: softmax's one map or the positive branch;
+    a signed map (by the kind's registry entry, or by its values) is refused."""
+    name = "attn" if "attn" in maps else "positive" if "positive" in maps else None
+    if name is None:
+        raise ValueError(f"no softmax or positive-branch map among {sorted(maps)}")
+    if kind is not None and name in kind.signed_maps:
+        raise ValueError(f"rollout: {where} is of attention kind {kind.name!r}, whose weights are signed (not "
+                         f"probabilities); rollout multiplies row-stochastic maps: softmax attention or DnA's "
+                         f"positive branch only")
+    if bool((maps[name] < 0).any()):
+        raise ValueError(f"rollout: the map of {where} has negative weights; rollout multiplies row-stochastic "
+                         f"maps: softmax attention or DnA's positive branch only")
+    return maps[name]
 
 
 @torch.no_grad()
@@ -134,15 +164,20 @@ def rollout(net: TimeSformer, maps: dict[str, dict[str, Tensor]], num_frames: in
     with the residual, 0.5 (I + A), for the temporal attention (block diagonal over locations;
     the cls token is not in it) and then the spatial attention (each patch reads its own frame
     and the cls copy; the cls row is the mean over frames of its copies' rows, as the network
-    averages their outputs); head maps averaged; the blocks multiplied in order."""
+    averages their outputs); head maps averaged; the blocks multiplied in order. A ValueError
+    if any block's map is signed (an attention kind with signed maps, e.g. cog)."""
     t = num_frames
     n = grid[0] * grid[1]
     size = 1 + n * t
     eye = torch.eye(size, dtype=torch.float64)
     joint = eye.clone()
-    for index in range(len(net.blocks)):
-        temporal = reduce(_branch(maps[f"blocks.{index}.temporal_attn"]).double(), "n heads t u -> n t u", "mean")
-        spatial = reduce(_branch(maps[f"blocks.{index}.attn"]).double(), "t heads l m -> t l m", "mean")
+    for index, block in enumerate(net.blocks):
+        picked = {}
+        for part in ("temporal_attn", "attn"):
+            where = f"blocks.{index}.{part}"
+            picked[part] = _branch(maps[where], kind_of(getattr(block, part, None)), where).double()
+        temporal = reduce(picked["temporal_attn"], "n heads t u -> n t u", "mean")
+        spatial = reduce(picked["attn"], "t heads l m -> t l m", "mean")
         if temporal.shape[0] != n or spatial.shape[0] != t:
             raise ValueError("rollout takes the maps of one video")
         mix_t = eye.clone()

@@ -2,10 +2,11 @@
 
 * ``maps CKPT VIDEO --out DIR``: for one layer (default: the last), the cls token's spatial
   attention over each sampled frame for every branch (DnA: positive and negative; softmax:
-  the one map), overlaid on the frames as a PNG grid (rows: input, branches; columns: frames)
-  and an animated GIF; the temporal attention between frames as heat maps; the maps as
-  tensors (``.pt``). ``--rollout`` adds attention rollout through all blocks (softmax or
-  DnA's positive branch only).
+  the one map; a kind with signed weights such as cog: its map, named ``cog (signed)`` and
+  drawn centred at 0), overlaid on the frames as a PNG grid (rows: input, branches; columns:
+  frames; a colour bar per branch) and an animated GIF (panels named); the temporal attention
+  between frames as heat maps; the maps as tensors (``.pt``). ``--rollout`` adds attention
+  rollout through all blocks (softmax or DnA's positive branch only; refused for signed maps).
 * ``subspaces CKPT [--reference CKPT] --out DIR``: per DnA module and head, principal angles
   and normalised Frobenius inner products between V+ and V- (and Q+ and Q-), alpha; with a
   reference checkpoint, intruder dimensions and the change of each figure. JSON records and a
@@ -31,6 +32,7 @@ from dna_video.analysis.inference import device_of, load_model, read_views
 from dna_video.analysis.plotting import attention_gif, attention_grid_png, subspace_png, temporal_png
 from dna_video.analysis.subspaces import compare_records, intruder_records, subspace_records
 from dna_video.data.video import VideoDecodeError
+from dna_video.models.attention import kind_of
 from dna_video.tools.predict import add_settings_arguments, settings_overrides
 from dna_video.tasks.views import mean_view_probs
 
@@ -41,7 +43,8 @@ __all__ = ["run_maps", "run_subspaces", "main"]
 ROLLOUT_HELP = (
     "also write attention rollout through every block (softmax attention, or DnA's POSITIVE branch only: "
     "rollout multiplies row-stochastic maps, and a DnA head's output is a signed sum of two maps weighted by "
-    "an unconstrained alpha, which no single attention map describes)"
+    "an unconstrained alpha, which no single attention map describes; refused for a kind with signed weights, "
+    "such as cog's sign(p) softmax(|p|))"
 )
 
 
@@ -71,8 +74,13 @@ def run_maps(checkpoint: str, video: str, out: str, layer: int = -1, head: int |
     )
     logits, captured = attention_maps.capture_maps(net, view, names)
     index = layer % len(net.blocks)
-    spatial = {k: v[0].cpu() for k, v in attention_maps.cls_maps(captured[f"blocks.{index}.attn"], t, grid, head).items()}
-    temporal = {k: v[0].cpu() for k, v in attention_maps.temporal_maps(captured[f"blocks.{index}.temporal_attn"], 1, head).items()}
+    modules = net.attention_modules()
+    spatial_kind = kind_of(modules[f"blocks.{index}.attn"])
+    temporal_kind = kind_of(modules[f"blocks.{index}.temporal_attn"])
+    spatial = {k: v[0].cpu() for k, v in
+               attention_maps.cls_maps(captured[f"blocks.{index}.attn"], t, grid, head, spatial_kind).items()}
+    temporal = {k: v[0].cpu() for k, v in
+                attention_maps.temporal_maps(captured[f"blocks.{index}.temporal_attn"], 1, head, temporal_kind).items()}
     shown = dict(spatial)
     if rollout:
         shown["rollout (positive)" if "positive" in spatial else "rollout"] = attention_maps.rollout(
@@ -86,11 +94,14 @@ def run_maps(checkpoint: str, video: str, out: str, layer: int = -1, head: int |
              f"({float(probs[top]):.2f})")
     folder = Path(out)
     stem = f"{Path(video).stem}_layer{index}"
+    signed = attention_maps.signed_names(spatial_kind, temporal_kind)
+    arrays = {k: v.numpy() for k, v in shown.items()}
     written = {
-        "grid": attention_grid_png(frames, {k: v.numpy() for k, v in shown.items()}, folder / f"{stem}_maps.png", title),
-        "gif": attention_gif(frames, {k: v.numpy() for k, v in shown.items()}, folder / f"{stem}_maps.gif"),
+        "grid": attention_grid_png(frames, arrays, folder / f"{stem}_maps.png", title, signed=signed),
+        "gif": attention_gif(frames, arrays, folder / f"{stem}_maps.gif",
+                             title=f"{Path(video).name}: layer {index} ({which})", signed=signed),
         "temporal": temporal_png({k: v.numpy() for k, v in temporal.items()}, folder / f"{stem}_temporal.png",
-                                 f"{Path(video).name}: temporal attention, layer {index} ({which})"),
+                                 f"{Path(video).name}: temporal attention, layer {index} ({which})", signed=signed),
     }
     tensors = folder / f"{stem}_maps.pt"
     with atomic_path(tensors) as partial:

@@ -6,9 +6,10 @@ and the facts other parts need: the parameters it adds to softmax attention's ``
 ``proj`` and how a model's copy starts when a checkpoint lacks them (checkpoint import), its
 negative branch if it has one (the weight, a switch to turn it off, its maps; the analysis and
 the denoising experiment), whether it takes the block's depth, its cross-attention (probes),
-whether timm model names are registered for it (image ViT) and whether the DnA reference
-TimeSformer has it (export). The rest of the toolkit asks the kind (:func:`attention_kind`,
-:func:`kind_of`) and never checks a class.
+whether timm model names are registered for it (image ViT), whether the DnA reference
+TimeSformer has it (export) and which of its maps hold signed weights (figures, rollout). The
+rest of the toolkit asks the kind (:func:`attention_kind`, :func:`kind_of`) and never checks a
+class.
 
 A new kind is one :func:`register_attention` call, from anywhere (your own module, a test):
 
@@ -121,6 +122,9 @@ class AttentionKind:
             (benchmarks at depth 2).
         heads_from_state: the head count from a checkpoint's tensors of one module
             (``state``, key prefix, width), when they tell it.
+        signed_maps: the maps of its ``forward_with_maps`` whose weights can be negative
+            (not probabilities): figures draw them on a scale centred at 0 and attention
+            rollout refuses them.
     """
 
     name: str
@@ -134,6 +138,7 @@ class AttentionKind:
     in_reference: bool = False
     all_blocks_kwargs: Mapping[str, Any] = field(default_factory=dict)
     heads_from_state: Callable[[Mapping[str, Tensor], str, int], int | None] | None = None
+    signed_maps: tuple[str, ...] = ()
 
 
 _KINDS: dict[str, AttentionKind] = {}
@@ -302,9 +307,9 @@ register_attention(AttentionKind(
                                     how="Differential Attention's per-head RMSNorm: ones, the model's own"),
     },
     negative=NegativeBranch(weight="lambda_full", query=None, value=None), takes_depth=True,
-    heads_from_state=_heads_from_lambda,
+    heads_from_state=_heads_from_lambda, signed_maps=("combined",),
 ))
 register_attention(AttentionKind(
     "cog", CogAttention, "Cog Attention (Lv et al. 2024): signed weights sign(p) softmax(|p|)",
-    takes_depth=True, all_blocks_kwargs={"cog_softmax_ends": False},
+    takes_depth=True, all_blocks_kwargs={"cog_softmax_ends": False}, signed_maps=("attn",),
 ))
