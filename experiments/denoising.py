@@ -44,6 +44,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "denoising.yaml"
@@ -403,25 +407,22 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plots(rows: list[dict], folder: Path) -> list[Path]:
-    """accuracy vs level per variant; attention mass on the distractors per branch."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def accuracy_figure(rows: list[dict]) -> Figure:
+    """Arm ``main``: test top-1 against the distractor level, one line per variant (mean and
+    std over seeds)."""
+    from matplotlib.figure import Figure
 
     table(rows)  # numbers parsed in place
     main = [r for r in rows if r["arm"] == "main"]
     levels = [level for level in LEVELS if any(r["level"] == level for r in main)]
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    fig = Figure(figsize=(5.8, 4.0), layout="constrained")
+    ax = fig.add_subplot()
     for i, variant in enumerate(VARIANTS):
         means, stds, xs = [], [], []
         for x, level in enumerate(levels):
             values = [100 * r["top1"] for r in main if r["level"] == level and r["variant"] == variant]
             if values:
-                xs.append(x + (i - 2) * 0.06)
+                xs.append(x + (i - 2) * 0.06)  # side by side, so the error bars stay apart
                 means.append(statistics.mean(values))
                 stds.append(statistics.stdev(values) if len(values) > 1 else 0.0)
         if xs:
@@ -429,38 +430,75 @@ def plots(rows: list[dict], folder: Path) -> list[Path]:
     ax.set_xticks(range(len(levels)), levels)
     ax.set_xlabel("distractor level")
     ax.set_ylabel("test top-1 (%)")
-    ax.legend(fontsize=8)
+    ax.set_title("Test top-1 by distractor level\n(from scratch; mean and std over seeds)", fontsize=10)
+    ax.legend(title="attention", fontsize=8, title_fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    written.append(folder / "denoising_accuracy.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    return fig
 
-    harder = [level for level in levels if level != "none"]
-    fig, axes = plt.subplots(1, max(len(harder), 1), figsize=(5.5 * max(len(harder), 1) / 1.6, 3.6), squeeze=False)
-    for ax, level in zip(axes[0], harder):
-        labels, values, errors, colours = [], [], [], []
-        for variant in VARIANTS:
+
+def mass_figure(rows: list[dict]) -> Figure:
+    """Arm ``main``, one panel per level with distractors: the share of the cls token's
+    spatial attention on the distractors per variant and branch (mean and std over seeds),
+    against the distractors' share of the patches (what uniform attention gives)."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    from dna_video.models.attention import attention_kind
+
+    table(rows)  # numbers parsed in place
+    main = [r for r in rows if r["arm"] == "main"]
+    levels = [level for level in LEVELS if any(r["level"] == level for r in main)]
+    harder = [level for level in levels if level != "none"] or ["none"]
+    variants = [v for v in VARIANTS if any(r["variant"] == v for r in main)]
+    colours = {"positive": "tab:blue", "negative": "tab:red"}
+    fig = Figure(figsize=(3.6 * len(harder) + 1.4, 0.55 * len(variants) + 2.0), layout="constrained")
+    axes = fig.subplots(1, len(harder), sharey=True, squeeze=False)[0]
+    for ax, level in zip(axes, harder):
+        for y, variant in enumerate(variants):
             group = [r for r in main if r["level"] == level and r["variant"] == variant]
-            for branch, colour in (("positive", "tab:blue"), ("negative", "tab:red")):
-                vals = [100 * r[f"mass_{branch}_distractors"] for r in group if r[f"mass_{branch}_distractors"] is not None]
+            bars = {}
+            for branch in colours:
+                key = f"mass_{branch}_distractors"
+                vals = [100 * r[key] for r in group if r[key] is not None]
                 if vals:
-                    labels.append(f"{variant}\n{'' if variant in ('softmax', 'cog') else branch[:3]}")
-                    values.append(statistics.mean(vals))
-                    errors.append(statistics.stdev(vals) if len(vals) > 1 else 0.0)
-                    colours.append(colour)
-        area = [100 * r["area_distractors"] for r in main if r["level"] == level]
-        ax.bar(range(len(values)), values, yerr=errors, color=colours, capsize=2)
+                    bars[branch] = (statistics.mean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0)
+            offsets = {"positive": -0.2, "negative": 0.2} if len(bars) == 2 else {branch: 0.0 for branch in bars}
+            for branch, (mean, std) in bars.items():
+                ax.barh(y + offsets[branch], mean, height=0.38, xerr=std, color=colours[branch], capsize=2)
+        area = [100 * r["area_distractors"] for r in main if r["level"] == level and r["area_distractors"] is not None]
         if area:
-            ax.axhline(statistics.mean(area), color="k", ls="--", lw=1, label="area share (uniform attention)")
-            ax.legend(fontsize=7)
-        ax.set_xticks(range(len(labels)), labels, fontsize=7)
-        ax.set_title(f"level {level}", fontsize=9)
-        ax.set_ylabel("cls attention on distractors (%)")
-    fig.tight_layout()
-    written.append(folder / "denoising_mass.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+            ax.axvline(statistics.mean(area), color="k", ls="--", lw=1)
+        ax.set_title(f"level: {level}", fontsize=9)
+        ax.set_xlabel("cls attention on distractors (%)")
+        ax.grid(axis="x", alpha=0.3)
+    # A one-map kind whose map is signed (cog) is measured by its absolute weights.
+    signed = {v for v in variants if "attn" in attention_kind(v).signed_maps}
+    axes[0].set_yticks(range(len(variants)), [f"{v} (|weights|)" if v in signed else v for v in variants])
+    axes[0].invert_yaxis()  # the variants top to bottom in their order
+    axes[0].set_ylabel("attention")
+    handles = [
+        Patch(color=colours["positive"], label="positive branch (one-map kinds: their map)"),
+        Patch(color=colours["negative"], label="negative branch"),
+        Line2D([], [], color="k", ls="--", lw=1, label="distractors' share of the patches (uniform attention)"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncols=1 if len(harder) < 2 else 2, fontsize=8)
+    fig.suptitle("Share of the cls token's spatial attention on the distractors\n"
+                 "(from scratch; mean over blocks, heads and test videos; mean and std over seeds)", fontsize=10)
+    return fig
+
+
+def plots(rows: list[dict], folder: Path) -> list[Path]:
+    """accuracy vs level per variant; attention mass on the distractors per branch; each PNG
+    written whole or not at all."""
+    from dna_video.common.atomic import atomic_path
+
+    written = []
+    for name, make in (("denoising_accuracy.png", accuracy_figure), ("denoising_mass.png", mass_figure)):
+        fig = make(rows)
+        with atomic_path(folder / name) as partial:
+            fig.savefig(partial, dpi=110, bbox_inches="tight")
+        written.append(folder / name)
     return written
 
 
