@@ -160,6 +160,8 @@ def fit_command(cell: Cell, out: Path, quick: bool, extra: list[str]) -> list[st
     last = folder / "checkpoints" / "last.ckpt"
     if last.is_file():
         command += ["--ckpt_path", str(last)]  # an interrupted fit continues
+    elif folder.is_dir():
+        command += ["--overwrite", "true"]  # a fit that died before its first checkpoint starts over
     return command + extra
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import yaml
 
+from dna_video.common.atomic import atomic_path, write_text
 from dna_video.training.callbacks.run_summary import read_summary
 from dna_video.checkpoints import timesformer_from_checkpoint
 from dna_video.models.flops import view_cost
@@ -95,6 +96,8 @@ def plan(args: argparse.Namespace) -> list[Run]:
             last = folder / "checkpoints" / "last.ckpt"
             if last.is_file() and not read_summary(folder).get("test"):
                 command += ["--ckpt_path", str(last)]  # an interrupted run continues
+            elif folder.is_dir() and not last.is_file():
+                command += ["--overwrite", "true"]  # a run that died before its first checkpoint starts over
             runs.append(Run(attention, seed, folder, command))
     return runs
 
@@ -266,8 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     _, paper_delta = EXPERIMENTS[(args.dataset, args.protocol)]
     text, rows = table(runs, paper_delta)
     experiment = Path(args.out) / f"{args.dataset}_{args.protocol}"
-    (experiment / "results.md").write_text(text + "\n")
-    with open(experiment / "results.csv", "w", newline="") as f:
+    write_text(experiment / "results.md", text + "\n")
+    with atomic_path(experiment / "results.csv") as partial, open(partial, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["attention"])
         writer.writeheader()
         writer.writerows(rows)

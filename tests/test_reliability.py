@@ -294,12 +294,22 @@ def test_sigterm_saves_a_resumable_checkpoint_and_exits_cleanly(synthetic_root, 
     assert "SIGTERM at epoch 1, step 4" in result.stderr
 
 
-def test_user_errors_name_the_file_without_a_traceback_and_open_no_run(synthetic_root, tmp_path):
+def console(capsys, *args):
+    """``python cli.py ARGS`` in this process: (exit status, stderr)."""
+    from dna_video.training.cli import console_main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        console_main(list(args))
+    return exit_info.value.code, capsys.readouterr().err
+
+
+def test_user_errors_name_the_file_without_a_traceback_and_open_no_run(synthetic_root, tmp_path, capsys):
     text_file = tmp_path / "notes.txt"
     text_file.write_text("not a checkpoint")
-    result = cli("validate", *tiny_args(synthetic_root, tmp_path / "logs", f"--ckpt_path={text_file}"))
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert f"error: RestoreError: {text_file} is not a torch checkpoint" in result.stderr
+    code, stderr = console(capsys, "validate", *tiny_args(synthetic_root, tmp_path / "logs", f"--ckpt_path={text_file}"))
+    assert code == 1 and "Traceback" not in stderr
+    assert f"error: RestoreError: {text_file} is not a torch checkpoint" in stderr
     assert not (tmp_path / "logs").exists()  # no empty version folder
-    result = cli("fit", *tiny_args(synthetic_root, tmp_path / "logs", "--ckpt_path=last"))
-    assert result.returncode == 1 and "no recorded run of experiment 'exp'" in result.stderr
+    code, stderr = console(capsys, "fit", *tiny_args(synthetic_root, tmp_path / "logs", "--ckpt_path=last"))
+    assert code == 1 and "no recorded run of experiment 'exp'" in stderr
