@@ -207,6 +207,13 @@ def cli(*args, **kwargs):
                           timeout=600, **kwargs)
 
 
+def cli_process(*args):
+    """``python cli.py ARGS`` started, not waited for."""
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'tests'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.Popen([sys.executable, "cli.py", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
 def tiny_args(root, log_dir, *extra):
     return tiny_run_args(
         root, log_dir,
@@ -247,13 +254,15 @@ def test_divergence_stops_the_process_and_keeps_the_last_good_checkpoint(synthet
 def test_sigkill_mid_epoch_then_ckpt_path_last_reaches_the_uninterrupted_result(synthetic_root, tmp_path):
     args = ["--trainer.max_epochs=3", "--trainer.limit_train_batches=3", "--trainer.deterministic=true",
             "--trainer.logger.init_args.flush_logs_every_n_steps=1"]  # epoch 0's rows on disk before the kill
-    straight = cli("fit", *tiny_args(synthetic_root, tmp_path / "straight", *args))
-    assert straight.returncode == 0, straight.stderr[-3000:]
-
     logs = tmp_path / "killed"
+    # The uninterrupted run and the killed one, started together (independent runs).
+    straight = cli_process("fit", *tiny_args(synthetic_root, tmp_path / "straight", *args))
     # Step 4 is the second batch of epoch 1: last.ckpt holds epoch 0.
-    killed = cli("fit", *tiny_args(synthetic_root, logs, *args, "--trainer.callbacks+=run_helpers.SignalAt",
-                                   "--trainer.callbacks.init_args.step=4"))
+    killed = cli_process("fit", *tiny_args(synthetic_root, logs, *args, "--trainer.callbacks+=run_helpers.SignalAt",
+                                           "--trainer.callbacks.init_args.step=4"))
+    straight_err = straight.communicate(timeout=600)[1]
+    assert straight.returncode == 0, straight_err[-3000:]
+    killed.communicate(timeout=600)
     assert killed.returncode == -signal.SIGKILL
     assert torch.load(logs / "exp" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
     (logs / "exp" / "version_1").mkdir()  # a newer folder number of another kind: not the run
