@@ -32,14 +32,17 @@ from dna_video.checkpoints import CheckpointError, timesformer_from_checkpoint
 from dna_video.checkpoints.layouts import infer_geometry
 from dna_video.checkpoints.upgrade import upgrade_checkpoint
 from dna_video.data.datamodule import VideoDataModule
-from dna_video.data.sampling import FrameSampler
+from dna_video.data.sampling import FrameSampler, short_videos_note
 from dna_video.data.transforms import EvalClipTransform
-from dna_video.data.video import read_frames
+from dna_video.data.video import frame_size, read_frames
 from dna_video.models.timesformer import TimeSformer
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EvalSettings", "LoadedModel", "load_model", "read_views", "view_logits", "device_of"]
+__all__ = [
+    "EvalSettings", "LoadedModel", "load_model", "VideoTooSmallError", "VideoViews", "load_views", "read_views",
+    "view_logits", "device_of",
+]
 
 
 @dataclass(frozen=True)
@@ -197,18 +200,73 @@ def load_model(path: str | Path, num_heads: int | None = None, warn_defaults: bo
     return LoadedModel(net, list(names), settings.replace(**overrides), aggregate, str(path), settings_from)
 
 
-def read_views(path: str, settings: EvalSettings) -> Tensor:
-    """Every evaluation view of one video file: (V, C, T, crop, crop), clip-major like the
-    test loader's (:class:`~dna_video.data.dataset.VideoClipDataset`).
+class VideoTooSmallError(ValueError):
+    """A video far below the model's geometry: a side shorter than ``min_side`` (the network's
+    patch size: not one patch of real pixels). The message names the file; ``reason`` says
+    its size and the minimum."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+@dataclass
+class VideoViews:
+    """The evaluation views of one video and its length against the clip's."""
+
+    views: Tensor  # (V, C, T, crop, crop), clip-major
+    num_frames: int  # the file's decodable frames
+    frames_needed: int  # fewest frames for clips without repeated frames
+
+    @property
+    def short(self) -> bool:
+        """Shorter than the clip: sampled with frames repeated (``short_video``)."""
+        return self.num_frames < self.frames_needed
+
+
+def _check_size(path: str, height: int, width: int, min_side: int) -> None:
+    if 0 < min(height, width) < min_side:
+        raise VideoTooSmallError(
+            path, f"{width}x{height} pixels, smaller than the model's {min_side}-pixel patches "
+                  f"(at least {min_side} pixels a side needed)"
+        )
+
+
+def load_views(path: str, settings: EvalSettings, min_side: int = 0) -> VideoViews:
+    """Every evaluation view of one video file, clip-major like the test loader's
+    (:class:`~dna_video.data.dataset.VideoClipDataset`), with its frame count.
+
+    ``min_side``: refuse a video with a side below it (pass the network's ``patch_size``);
+    checked on the header's size before decoding, and on the decoded frames.
 
     Raises:
-        VideoDecodeError: the file cannot be decoded (the message names it).
+        VideoDecodeError: the file cannot be decoded (the message names it and what it is).
+        VideoTooSmallError: a side below ``min_side``.
     """
+    if min_side > 1:
+        _check_size(path, *frame_size(path), min_side)
     sampler = settings.sampler
     decoded = read_frames(path, lambda n, fps: sampler.view_indices(n, fps, settings.num_clips))
+    if min_side > 1:
+        _check_size(path, *decoded.frames.shape[1:3], min_side)
     clips = rearrange(torch.from_numpy(decoded.frames), "(k t) h w c -> k t c h w", k=settings.num_clips)
     transform = EvalClipTransform(settings.crop_size, settings.num_crops, settings.mean, settings.std)
-    return rearrange(torch.stack([transform(clip) for clip in clips]), "k s c t h w -> (k s) c t h w")
+    views = rearrange(torch.stack([transform(clip) for clip in clips]), "k s c t h w -> (k s) c t h w")
+    return VideoViews(views, decoded.num_frames, sampler.frames_needed(decoded.fps))
+
+
+def read_views(path: str, settings: EvalSettings, min_side: int = 0) -> Tensor:
+    """The views of :func:`load_views` (V, C, T, crop, crop); a video shorter than the clip is
+    answered with a warning that says so.
+
+    Raises:
+        VideoDecodeError: the file cannot be decoded (the message names it and what it is).
+        VideoTooSmallError: a side below ``min_side``.
+    """
+    loaded = load_views(path, settings, min_side)
+    if loaded.short:
+        log.warning("%s", short_videos_note([(path, loaded.num_frames, loaded.frames_needed)]))
+    return loaded.views
 
 
 @torch.no_grad()

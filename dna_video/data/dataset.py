@@ -6,10 +6,15 @@ A sample is a dict:
   num_crops views of the SAME video, so predictions can be combined per video;
 * ``label``: int class index; ``index``: position of the record in the split;
   ``path``: the file; ``failed``: how many unreadable files this sample stands for and
-  ``failed_paths``: their paths.
+  ``failed_paths``: their paths;
+* ``frames``: the file's decodable frames and ``frames_needed``: how many a clip without
+  repeated frames needs (:meth:`~.sampling.FrameSampler.frames_needed`). A shorter video is
+  sampled as ``short_video`` says (clamped or looped) and :func:`collate_videos` lists it in
+  the batch's ``short_videos``, for the per-epoch warning that counts such videos.
 
-A file that cannot be decoded (zero-length, truncated, corrupt, not a video) is logged with
-its path. In training it is replaced by another random record (at most ``max_retries``
+A file that cannot be decoded (zero-length, truncated, corrupt, not a video) is logged in one
+line with its path and what it is (``empty file (0 bytes)``, ``not a video (...)``: see
+:mod:`.video`). In training it is replaced by another random record (at most ``max_retries``
 tries, then a clear error: never an endless loop) whose own label comes with it, so a label
 never travels with the wrong clip. In evaluation a replacement would count another video
 twice, so the sample is dropped by :func:`collate_videos` and counted instead.
@@ -115,6 +120,10 @@ class VideoClipDataset(Dataset):
     def load(self, index: int, rng: np.random.Generator | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Decode and transform the clip(s) of record ``index`` (and its masks, with a
         ``mask_reader``: then a (video, masks) pair)."""
+        return self._load(index, rng)[0]
+
+    def _load(self, index: int, rng: np.random.Generator | None = None):
+        """:meth:`load` and the decoded file's facts (:class:`~.video.VideoFrames`)."""
         record = self.records[index]
         chosen: list[np.ndarray] = []
 
@@ -128,19 +137,19 @@ class VideoClipDataset(Dataset):
                 decoded = read_frames(record.path, lambda n, fps: pick(self.sampler.train_indices(n, fps, rng)))
             frames = rearrange(torch.from_numpy(decoded.frames), "t h w c -> t c h w")
             if self.mask_reader is None:
-                return self.transform(frames)
-            return self.transform(frames, self._masks(record.path, chosen[-1], decoded.num_frames))
+                return self.transform(frames), decoded
+            return self.transform(frames, self._masks(record.path, chosen[-1], decoded.num_frames)), decoded
         with self._watch(record.path):
             decoded = read_frames(record.path, lambda n, fps: pick(self.sampler.view_indices(n, fps, self.num_clips)))
         clips = rearrange(torch.from_numpy(decoded.frames), "(k t) h w c -> k t c h w", k=self.num_clips)
         if self.mask_reader is None:
             # (clips, crops, C, T, h, w) -> views ordered clip-major.
             views = torch.stack([self.transform(clip) for clip in clips])
-            return rearrange(views, "k s c t h w -> (k s) c t h w")
+            return rearrange(views, "k s c t h w -> (k s) c t h w"), decoded
         masks = self._masks(record.path, chosen[-1], decoded.num_frames)
         pairs = [self.transform(clip, clip_masks) for clip, clip_masks in zip(clips, masks)]
         views = rearrange(torch.stack([v for v, _ in pairs]), "k s c t h w -> (k s) c t h w")
-        return views, rearrange(torch.stack([m for _, m in pairs]), "k s m t h w -> (k s) m t h w")
+        return (views, rearrange(torch.stack([m for _, m in pairs]), "k s m t h w -> (k s) m t h w")), decoded
 
     def _masks(self, path: str, indices: np.ndarray, num_frames: int) -> torch.Tensor:
         """The masks of ``indices`` (any shape) as uint8 (..., M, H, W)."""
@@ -154,7 +163,7 @@ class VideoClipDataset(Dataset):
         rng = self._rng()
         while True:
             try:
-                video = self.load(index, rng)
+                video, decoded = self._load(index, rng)
                 masks = None
                 if isinstance(video, tuple):
                     video, masks = video
@@ -176,6 +185,7 @@ class VideoClipDataset(Dataset):
             sample = {
                 "video": video, "label": record.label, "index": index, "path": record.path,
                 "failed": len(failed), "failed_paths": failed,
+                "frames": decoded.num_frames, "frames_needed": self.sampler.frames_needed(decoded.fps),
             }
             if masks is not None:
                 sample["masks"] = masks
@@ -186,12 +196,17 @@ def collate_videos(samples: list[dict]) -> dict:
     """Batch samples, dropping evaluation samples whose video failed (``video`` None).
 
     ``failed`` is the number of unreadable files behind the batch (replaced or dropped) and
-    ``failed_paths`` their paths, so the LightningModule can count and name them."""
+    ``failed_paths`` their paths, so the LightningModule can count and name them;
+    ``short_videos`` lists (path, frames, frames needed) of the videos shorter than the clip."""
     failed_paths = [p for s in samples for p in s["failed_paths"]]
     kept = [s for s in samples if s["video"] is not None]
     if not kept:
-        return {"video": None, "failed": len(failed_paths), "failed_paths": failed_paths}
-    batch = default_collate([{k: v for k, v in s.items() if k not in ("failed", "failed_paths")} for s in kept])
+        return {"video": None, "failed": len(failed_paths), "failed_paths": failed_paths, "short_videos": []}
+    apart = ("failed", "failed_paths", "frames", "frames_needed")
+    batch = default_collate([{k: v for k, v in s.items() if k not in apart} for s in kept])
     batch["failed"] = len(failed_paths)
     batch["failed_paths"] = failed_paths
+    batch["short_videos"] = [
+        (s["path"], s["frames"], s["frames_needed"]) for s in kept if s.get("frames", 0) < s.get("frames_needed", 0)
+    ]
     return batch

@@ -10,12 +10,14 @@ the video is decoded once, and handle short videos by clamping or looping.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
-__all__ = ["FrameSampler"]
+__all__ = ["FrameSampler", "short_videos_note"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,18 @@ class FrameSampler:
         if self.target_fps is None or fps is None or not math.isfinite(fps) or fps <= 0:  # unknown rate: count frames
             return float(self.sampling_rate)
         return self.sampling_rate * fps / self.target_fps
+
+    def frames_needed(self, fps: float) -> int:
+        """Fewest frames a video of frame rate ``fps`` needs for clips without repeated frames.
+
+        A shorter video is still sampled (``short_video``: the last frame repeated, or the
+        clip wrapped to the start); :func:`short_videos_note` words the warning that counts
+        them. ``clip`` mode: the span of T frames a stride apart, floor(stride x (T - 1)) + 1
+        (past it no index is clamped); ``uniform`` mode: T frames.
+        """
+        if self.mode == "uniform":
+            return self.num_frames
+        return int(np.floor(self.stride(fps) * (self.num_frames - 1))) + 1
 
     def _finish(self, positions: np.ndarray, num_video_frames: int) -> np.ndarray:
         idx = np.floor(positions).astype(np.int64)
@@ -92,3 +106,16 @@ def _check_length(num_video_frames: int) -> int:
     if num_video_frames < 1:
         raise ValueError("the video has no frames")
     return int(num_video_frames)
+
+
+def short_videos_note(videos: Sequence[tuple[str, int, int]], max_named: int = 5) -> str:
+    """One line counting the videos shorter than the clip, from (path, frames, frames needed):
+    ``2 videos shorter than the clip (7 frames needed): frames repeated: a.mp4 (3 frames),
+    b.mp4 (5 frames)``, at most ``max_named`` named."""
+    needed = sorted({n for _, _, n in videos})
+    span = str(needed[0]) if len(needed) == 1 else f"{needed[0]}-{needed[-1]}"
+    named = ", ".join(f"{Path(p).name} ({f} frame{'' if f == 1 else 's'})" for p, f, _ in videos[:max_named])
+    if len(videos) > max_named:
+        named += f" (+{len(videos) - max_named} more)"
+    count = f"{len(videos)} video{'' if len(videos) == 1 else 's'}"
+    return f"{count} shorter than the clip ({span} frames needed): frames repeated: {named}"

@@ -11,7 +11,11 @@ reads ahead, so even an early frame can fail). For such a file :func:`read_frame
 the decodable frames once with PyAV, which decodes packet by packet and stops at the first
 error, remembers the count for the process, and samples within those frames, decoding them
 with PyAV. Files that cannot be opened or hold no decodable frame raise
-:class:`VideoDecodeError` naming the file.
+:class:`VideoDecodeError` naming the file and saying what it is in plain words: ``empty file
+(0 bytes)``; ``not a video (19 bytes, starts with 'hello...')`` when it has no video
+container's signature; ``damaged or truncated mp4/mov file (N bytes): moov atom not found``
+(the decoder's own reason) when it has one. What FFmpeg and decord print meanwhile is kept
+off the terminal (:mod:`dna_video.data.decoder_log`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dna_video.data.decoder_log import decoder_messages, decoder_reason, plain_reason
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -31,6 +37,7 @@ __all__ = [
     "VideoFrames",
     "read_frames",
     "probe_video",
+    "frame_size",
     "count_decodable_frames",
     "declared_frames",
     "write_video",
@@ -39,7 +46,17 @@ __all__ = [
 
 
 class VideoDecodeError(RuntimeError):
-    """A video could not be opened or decoded. The message names the file."""
+    """A video could not be opened or decoded. The message names the file; ``reason`` says why
+    without the path (the whole message when the raiser gave no separate reason)."""
+
+    def __init__(self, message: str, path: str | None = None, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.reason = message if reason is None else reason
+
+
+def _error(path: str, reason: str) -> VideoDecodeError:
+    return VideoDecodeError(f"{path}: {reason}", path, reason)
 
 
 @dataclass
@@ -53,19 +70,117 @@ class VideoFrames:
     decoded_by_pyav: bool = False  # decord failed on this file: PyAV counted and decoded it
 
 
+# ------------------------------------------------------------- what a refused file is
+
+# The first bytes of the containers FFmpeg reads video from. They only word the error of a
+# file the decoder refused: a file without any of them is "not a video", one with a signature
+# is a damaged or truncated video. (No file is refused for its signature alone.)
+_SIGNATURES = (
+    (b"RIFF", "avi"),  # with "AVI " at byte 8, checked below
+    (b"\x1a\x45\xdf\xa3", "mkv/webm"),
+    (b"\x00\x00\x01\xba", "mpeg-ps"),
+    (b"\x00\x00\x01\xb3", "mpeg"),
+    (b"\x00\x00\x00\x01", "h264/hevc stream"),
+    (b"FLV\x01", "flv"),
+    (b"\x30\x26\xb2\x75\x8e\x66\xcf\x11", "asf/wmv"),
+    (b"OggS", "ogg"),
+    (b"DKIF", "ivf"),
+    (b"YUV4MPEG2", "y4m"),
+    (b"GIF8", "gif"),
+    (b".RMF", "realmedia"),
+    (b"\x06\x0e\x2b\x34", "mxf"),
+)
+_MP4_BOXES = (b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide", b"pnot")
+
+
+def _container(head: bytes) -> str | None:
+    """The video container whose signature ``head`` (a file's first bytes) starts with."""
+    if head[4:8] in _MP4_BOXES:
+        return "mp4/mov"
+    for magic, name in _SIGNATURES:
+        if head.startswith(magic) and (name != "avi" or head[8:12] == b"AVI "):
+            return name
+    if len(head) > 188 and head[0] == head[188] == 0x47:  # MPEG-TS: a sync byte every 188
+        return "mpeg-ts"
+    return None
+
+
+def _shown(head: bytes) -> str:
+    """The first 16 bytes as a quoted string (text) or bytes literal (binary)."""
+    start = head[:16]
+    for cut in range(4):  # a multi-byte character may be cut at the end
+        try:
+            text = start[: len(start) - cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        if text and text.replace("\n", " ").replace("\r", " ").replace("\t", " ").isprintable():
+            return repr(text)
+        break
+    return repr(start)
+
+
+def _unreadable(path: str, problem: str) -> VideoDecodeError:
+    """The error for a file the decoder refused, saying what the file is: ``empty file (0
+    bytes)``, ``not a video (N bytes, starts with ...)`` (no video container's signature) or
+    ``damaged or truncated <container> file (N bytes): <problem>``."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError as exc:
+        return _error(path, exc.strerror or str(exc))
+    if size == 0:
+        return _error(path, "empty file (0 bytes)")
+    kind = _container(head)
+    if kind is None:
+        return _error(path, f"not a video ({size} bytes, starts with {_shown(head)})")
+    return _error(path, f"damaged or truncated {kind} file ({size} bytes): {problem}")
+
+
+def _check_file(path: str) -> os.stat_result:
+    """The file's stat; a missing or empty file raises before any decoder sees it."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise _error(path, exc.strerror or str(exc)) from exc
+    if st.st_size == 0:
+        raise _error(path, "empty file (0 bytes)")
+    return st
+
+
 def _open(path: str):
     import decord  # imported lazily: the ctypes library loads once per worker
 
-    try:
-        return decord.VideoReader(path, ctx=decord.cpu(0), num_threads=1)
-    except Exception as exc:  # decord raises its own DECORDError or RuntimeError
-        raise VideoDecodeError(f"cannot open video {path}: {exc}") from exc
+    _check_file(path)
+    error: Exception | None = None
+    with decoder_messages() as said:
+        try:
+            return decord.VideoReader(path, ctx=decord.cpu(0), num_threads=1)
+        except Exception as exc:  # decord raises its own DECORDError or RuntimeError
+            error = exc
+    raise _unreadable(path, decoder_reason(path, said, error)) from error
 
 
 def probe_video(path: str) -> tuple[int, float]:
     """(frame count, fps) of a video file as decord reports them."""
     vr = _open(path)
     return len(vr), float(vr.get_avg_fps())
+
+
+def frame_size(path: str) -> tuple[int, int]:
+    """(height, width) of the file's first video stream as its header states them (0, 0 when
+    it states none), read with PyAV without decoding a frame."""
+    import av
+
+    _check_file(path)
+    try:
+        with av.open(path) as container:
+            if not container.streams.video:
+                raise _unreadable(path, "no video stream")
+            context = container.streams.video[0].codec_context
+            return int(context.height or 0), int(context.width or 0)
+    except (av.error.FFmpegError, OSError) as exc:
+        raise _unreadable(path, plain_reason(str(exc), path) or type(exc).__name__) from exc
 
 
 # Files decord cannot decode, per process: (path, size, mtime) -> (decodable frames,
@@ -76,10 +191,7 @@ _DECODABLE: dict[tuple[str, int, int], tuple[int, int, float]] = {}
 
 
 def _file_key(path: str) -> tuple[str, int, int]:
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise VideoDecodeError(f"cannot open video {path}: {exc}") from exc
+    st = _check_file(path)
     return path, st.st_size, st.st_mtime_ns
 
 
@@ -137,23 +249,27 @@ def read_frames(path: str, sampler) -> VideoFrames:
         vr = _open(path)
         num_frames, fps = len(vr), float(vr.get_avg_fps())
         if num_frames < 1:
-            raise VideoDecodeError(f"video {path} reports no frames")
+            raise _unreadable(path, "no video frames")
         indices = np.asarray(sampler(num_frames, fps), dtype=np.int64)
         unique, inverse = np.unique(indices.reshape(-1), return_inverse=True)
-        try:
-            decoded = vr.get_batch(unique.tolist()).asnumpy()
-            if decoded.shape[0] == unique.size:
-                return VideoFrames(frames=decoded[inverse], num_frames=num_frames, fps=fps, reported=num_frames)
+        failure: Exception | None = None
+        with decoder_messages() as said:
+            try:
+                decoded = vr.get_batch(unique.tolist()).asnumpy()
+            except Exception as exc:  # decord raises DECORDError or RuntimeError
+                failure, decoded = exc, None
+        if decoded is not None and decoded.shape[0] == unique.size:
+            if said:
+                log.debug("%s: the decoder said %s", path, " | ".join(said))
+            return VideoFrames(frames=decoded[inverse], num_frames=num_frames, fps=fps, reported=num_frames)
+        if decoded is not None:
             error = f"asked for {unique.size} frames, got {decoded.shape[0]}"
-        except Exception as exc:  # decord raises DECORDError or RuntimeError
-            error = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        else:
+            error = decoder_reason(path, said, failure)
         del vr
         decodable = count_decodable_frames(path)
         if decodable == 0:
-            raise VideoDecodeError(
-                f"cannot decode frames {unique.min()}..{unique.max()} of {path} "
-                f"({num_frames} frames reported, none decodable): {error}"
-            )
+            raise _unreadable(path, f"no frame decodes ({num_frames} reported): {error}")
         if decodable < num_frames:
             log.warning(
                 "%s reports %d frames but only the first %d decode: sampling within those "
@@ -248,10 +364,10 @@ def transcode_video(
     try:
         inp = av.open(src)
     except (av.error.FFmpegError, OSError) as exc:
-        raise VideoDecodeError(f"cannot open video {src}: {exc}") from exc
+        raise _unreadable(src, plain_reason(str(exc), src) or type(exc).__name__) from exc
     with inp:
         if not inp.streams.video:
-            raise VideoDecodeError(f"{src} holds no video stream")
+            raise _unreadable(src, "no video stream")
         ist = inp.streams.video[0]
         ist.codec_context.thread_count = 1
         rate = ist.average_rate or ist.guessed_rate or Fraction(30)
@@ -283,5 +399,5 @@ def transcode_video(
             for out_packet in ost.encode():
                 out.mux(out_packet)
     if written == 0:
-        raise VideoDecodeError(f"no frame of {src} decodes")
+        raise _error(src, "no frame decodes")
     return written, damaged

@@ -65,7 +65,7 @@ def run_maps(checkpoint: str, video: str, out: str, layer: int = -1, head: int |
     heads = net.blocks[0].attn.num_heads
     if head is not None and not 0 <= head < heads:
         raise ValueError(f"--head {head}: the model has heads 0..{heads - 1}")
-    view = read_views(video, model.settings)[:1].to(next(net.parameters()).device)  # (1, C, T, H, W)
+    view = read_views(video, model.settings, min_side=net.patch_size)[:1].to(next(net.parameters()).device)  # (1, C, T, H, W)
     t = view.shape[2]
     grid = attention_maps.grid_of(net, view)
     names = (

@@ -12,8 +12,12 @@ of the mean logits, or the mean of the view probabilities for a model evaluated 
 Printed as a table; ``--out FILE.csv`` (columns ``path, label, pred, pred_name, prob,
 top_k``, as ``cli.py test`` writes) or ``--out FILE.json``; ``--features FILE.npy|.pt``
 writes each video's pre-head embedding (mean over its views) with its path. A file that
-cannot be decoded is reported by name and the others still come out; the exit status is 1
-when no video could be read.
+cannot be decoded is named in one line saying what it is (``empty file (0 bytes)``, ``not a
+video (...)``, without the decoder's own log) and the others still come out; a video with a
+side below the network's patch size is refused the same way, with its size and the minimum.
+A video shorter than the clip is answered with frames repeated, as in evaluation: one line
+counts such videos, the table notes each (``3 of 7 frames``) and the JSON records hold
+``frames`` and ``frames_needed``. The exit status is 1 when no video could be read.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +36,16 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from dna_video.common.atomic import atomic_path, write_text
-from dna_video.analysis.inference import LoadedModel, device_of, load_model, read_views
+from dna_video.analysis.inference import LoadedModel, VideoTooSmallError, device_of, load_model, load_views
 from dna_video.training.callbacks.predictions import write_predictions_csv
+from dna_video.data.sampling import short_videos_note
 from dna_video.data.video import VideoDecodeError
 from dna_video.tasks.views import mean_view_probs
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "VIDEO_SUFFIXES", "collect_videos", "predict_videos", "prediction_records", "write_features",
+    "VIDEO_SUFFIXES", "collect_videos", "Predictions", "predict_videos", "prediction_records", "write_features",
     "add_settings_arguments", "settings_overrides", "main",
 ]
 
@@ -91,11 +96,13 @@ def collect_videos(paths: Sequence[str], root: str | None = None) -> list[tuple[
 
 
 class _Views(Dataset):
-    """Each video's evaluation views, or the reason it could not be read."""
+    """Each video's evaluation views and length, or the reason it could not be read or was
+    refused (a side below the network's patch size)."""
 
     def __init__(self, videos: Sequence[str], model: LoadedModel) -> None:
         self.videos = list(videos)
         self.settings = model.settings
+        self.min_side = model.net.patch_size
 
     def __len__(self) -> int:
         return len(self.videos)
@@ -103,9 +110,40 @@ class _Views(Dataset):
     def __getitem__(self, index: int) -> dict[str, Any]:
         path = self.videos[index]
         try:
-            return {"path": path, "views": read_views(path, self.settings), "error": None}
-        except (VideoDecodeError, ValueError) as exc:  # ValueError: a video without frames
-            return {"path": path, "views": None, "error": str(exc)}
+            loaded = load_views(path, self.settings, self.min_side)
+        except VideoTooSmallError as exc:
+            return {"path": path, "views": None, "error": exc.reason, "refused": True}
+        except VideoDecodeError as exc:
+            return {"path": path, "views": None, "error": exc.reason, "refused": False}
+        except ValueError as exc:  # a video without frames
+            return {"path": path, "views": None, "error": str(exc), "refused": False}
+        return {"path": path, "views": loaded.views, "frames": (loaded.num_frames, loaded.frames_needed)}
+
+
+@dataclass
+class Predictions:
+    """What :func:`predict_videos` found.
+
+    Attributes:
+        paths: the videos predicted, in the order given.
+        probs: (N, K) class probabilities of ``paths``.
+        features: (N, D) pre-head features when asked, else None.
+        failed: (path, reason) of the videos that could not be read.
+        refused: (path, reason) of the videos too small for the network.
+        frames: per video of ``paths``: (decodable frames, frames a clip without repeats needs).
+    """
+
+    paths: list[str]
+    probs: torch.Tensor
+    features: torch.Tensor | None
+    failed: list[tuple[str, str]]
+    refused: list[tuple[str, str]]
+    frames: list[tuple[int, int]]
+
+    @property
+    def short(self) -> list[tuple[str, int, int]]:
+        """(path, frames, frames needed) of the videos shorter than the clip."""
+        return [(p, n, need) for p, (n, need) in zip(self.paths, self.frames) if n < need]
 
 
 @torch.no_grad()
@@ -116,18 +154,20 @@ def predict_videos(
     device: str | None = None,
     chunk: int = 32,
     features: bool = False,
-) -> tuple[list[str], torch.Tensor, torch.Tensor | None, list[tuple[str, str]]]:
-    """Probabilities (N, K) of the readable ``videos`` (their paths first), their pre-head
-    features (N, D) when asked, and (path, reason) of every video that could not be read."""
+) -> Predictions:
+    """Probabilities of the readable ``videos``, their pre-head features when asked, and the
+    videos that could not be read or were refused, each logged in one line with its reason."""
     target = device_of(device)
     net = model.net.to(target).eval()
     loader = DataLoader(_Views(videos, model), batch_size=None, num_workers=num_workers)
-    paths, probs, feats, failed = [], [], [], []
+    paths, probs, feats, failed, refused, frames = [], [], [], [], [], []
     for item in loader:
         if item["views"] is None:
-            log.warning("cannot read %s: %s", item["path"], item["error"])
-            failed.append((item["path"], item["error"]))
+            what, where = ("refused", refused) if item["refused"] else ("cannot read", failed)
+            log.warning("%s %s: %s", what, item["path"], item["error"])
+            where.append((item["path"], item["error"]))
             continue
+        frames.append(tuple(int(n) for n in item["frames"]))
         view_features = torch.cat([net.forward_features(part.to(target)) for part in item["views"].split(chunk)])
         logits = net.forward_head(view_features)
         probs.append(mean_view_probs(logits[None], model.aggregate)[0].cpu())
@@ -135,11 +175,13 @@ def predict_videos(
             feats.append(view_features.float().mean(0).cpu())
         paths.append(item["path"])
     k = model.net.num_classes
-    return (
+    return Predictions(
         paths,
         torch.stack(probs) if probs else torch.empty(0, k),
         (torch.stack(feats) if feats else torch.empty(0, model.net.embed_dim)) if features else None,
         failed,
+        refused,
+        frames,
     )
 
 
@@ -211,9 +253,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def prediction_records(paths: Sequence[str], probs: torch.Tensor, labels: Sequence[int | None],
-                       names: Sequence[str], top_k: int) -> list[dict[str, Any]]:
+                       names: Sequence[str], top_k: int,
+                       frames: Sequence[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
     """One record per video: ``path, label, pred, pred_name, prob`` and ``top_k`` as a list of
-    ``{class, name, prob}``, most probable first (the JSON output)."""
+    ``{class, name, prob}``, most probable first (the JSON output); with ``frames`` ((decodable
+    frames, frames needed) per video) also ``frames`` and ``frames_needed``: a video with
+    fewer frames than needed was answered with frames repeated."""
     top = torch.topk(probs, min(top_k, probs.shape[1]), dim=1)
     records = []
     for i, path in enumerate(paths):
@@ -221,6 +266,8 @@ def prediction_records(paths: Sequence[str], probs: torch.Tensor, labels: Sequen
                   for p, c in zip(top.values[i], top.indices[i])]
         records.append({"path": path, "label": labels[i], "pred": ranked[0]["class"], "pred_name": ranked[0]["name"],
                         "prob": ranked[0]["prob"], "top_k": ranked})
+        if frames is not None:
+            records[-1]["frames"], records[-1]["frames_needed"] = frames[i]
     return records
 
 
@@ -229,6 +276,8 @@ def _table(records: list[dict[str, Any]]) -> str:
     lines = [f"{'video':<{width}}  top-{len(records[0]['top_k'])} (class probability)"]
     for r in records:
         text = "  ".join(f"{c['name']} {c['prob']:.3f}" for c in r["top_k"])
+        if r.get("frames", 0) < r.get("frames_needed", 0):
+            text += f"  (short: {r['frames']} of {r['frames_needed']} frames, repeated)"
         lines.append(f"{Path(r['path']).name[-width:]:<{width}}  {text}")
     return "\n".join(lines)
 
@@ -247,11 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as exc:  # CheckpointError is a ValueError
         raise SystemExit(f"error: {exc}") from None
     labels = dict(videos)
-    paths, probs, features, failed = predict_videos(
-        model, [v for v, _ in videos], args.num_workers, args.device, features=bool(args.features)
-    )
+    found = predict_videos(model, [v for v, _ in videos], args.num_workers, args.device, features=bool(args.features))
+    paths, probs, features = found.paths, found.probs, found.features
+    failed = found.failed + found.refused
     known = [labels.get(p) for p in paths]
-    records = prediction_records(paths, probs, known, model.class_names, args.top_k)
+    records = prediction_records(paths, probs, known, model.class_names, args.top_k, found.frames)
     if records:
         print(_table(records))
     if not records and (args.out or args.features):
@@ -273,10 +322,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.features and features is not None and records:
         write_features(args.features, paths, features)
         print(f"wrote {len(paths)} feature vectors ({features.shape[1]}-d) to {args.features}")
-    if failed:
-        print(f"{len(failed)} of {len(videos)} videos could not be read:", file=sys.stderr)
-        for path, error in failed:
-            print(f"  {path}: {error}", file=sys.stderr)
+    # Each failed or refused video has had its one line: the summary counts them.
+    counts = [f"{len(found.failed)} of {len(videos)} videos could not be read"] if found.failed else []
+    if found.refused:
+        counts.append(f"{len(found.refused)} of {len(videos)} refused as too small for the model "
+                      f"(a side under {model.net.patch_size} pixels)")
+    if counts:
+        print("; ".join(counts) + ": each named above", file=sys.stderr)
+    if found.short:
+        print(short_videos_note(found.short), file=sys.stderr)
     return 0 if records else 1
 
 
