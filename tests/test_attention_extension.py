@@ -79,6 +79,7 @@ def trained(synthetic_root, tmp_path_factory):
     return cli, logs / "smoke" / "version_0", limits
 
 
+@pytest.mark.slow
 def test_fit_and_test_from_a_yaml_config(trained):
     cli, run, _ = trained
     blocks = cli.model.net.blocks
@@ -93,6 +94,7 @@ def test_fit_and_test_from_a_yaml_config(trained):
     assert "alpha/blocks.0.attn" in columns  # the kind's negative weight, logged per epoch
 
 
+@pytest.mark.slow
 def test_resume_from_last(trained, synthetic_root):
     from dna_video.training.cli import main
 
@@ -125,6 +127,7 @@ def test_its_checkpoint_imports_back(trained):
     assert report.initialised["blocks.1.temporal_attn.neg_scalers"] == "alpha_init (the model's initial alpha)"
 
 
+@pytest.mark.slow
 def test_analyze_maps(trained, synthetic_root, tmp_path):
     from dna_video.tools.analyze import main
 

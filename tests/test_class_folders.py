@@ -67,6 +67,7 @@ def test_a_class_file_fixes_the_order_and_bad_layouts_fail_clearly(tree, tmp_pat
         VideoListDataModule(str(tmp_path), None, None, "empty", **SMALL).setup("test")
 
 
+@pytest.mark.slow
 def test_cli_trains_and_predicts_on_class_folders(tree, tmp_path):
     root, facts = tree
     args = [
@@ -93,6 +94,7 @@ def test_cli_trains_and_predicts_on_class_folders(tree, tmp_path):
         assert row["pred_name"] == facts["classes"][int(row["pred"])]
 
 
+@pytest.mark.slow
 def test_kinetics_config_reads_class_folders_with_the_recipe(tree):
     """configs/kinetics400.yaml: classes from the folder names, the val folder tested, the K400 recipe."""
     root, facts = tree

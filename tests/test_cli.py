@@ -37,6 +37,7 @@ def read_metrics(log_dir, version):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_fit_then_test_writes_checkpoints_config_and_metrics(synthetic_root, tmp_path):
     cli = main(["fit", *cli_args(synthetic_root, tmp_path, "--trainer.max_epochs=2",
                                  "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2",
@@ -97,6 +98,7 @@ def test_fit_then_test_writes_checkpoints_config_and_metrics(synthetic_root, tmp
         assert probs == sorted(probs, reverse=True) and abs(sum(probs) - 1) <= 5 * 5e-5 + 1e-9
 
 
+@pytest.mark.slow
 def test_softmax_attention_is_one_option_away(synthetic_root, tmp_path):
     cli = main(["fit", *cli_args(synthetic_root, tmp_path, "--model.network.attention=softmax", "--trainer.max_epochs=1",
                                  "--trainer.limit_train_batches=1", "--trainer.limit_val_batches=1")])
@@ -119,6 +121,7 @@ def test_help_documents_model_and_data_options(capsys):
     assert "--data.sampling_rate" in text and "interval between sampled frames" in text
 
 
+@pytest.mark.slow
 def test_checkpointing_off_and_a_plateau_schedule(synthetic_root, tmp_path):
     cli = main(["fit", *cli_args(synthetic_root, tmp_path, "--trainer.enable_checkpointing=false",
                                  "--trainer.max_epochs=2", "--trainer.limit_train_batches=1",

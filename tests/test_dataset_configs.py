@@ -109,6 +109,7 @@ def run_fit(config, root, log_dir):
     return cli, run, rows
 
 
+@pytest.mark.slow
 def test_fit_toyota_cs_end_to_end(smarthome_tree, tmp_path):
     root, _ = smarthome_tree
     cli, run, rows = run_fit("configs/toyota_cs.yaml", root, tmp_path)
@@ -124,6 +125,7 @@ def test_fit_toyota_cs_end_to_end(smarthome_tree, tmp_path):
     assert_test_metrics_match_a_hand_count(cli, test, videos=16)
 
 
+@pytest.mark.slow
 def test_fit_ntu60_cs_end_to_end(ntu_tree, tmp_path):
     root, _ = ntu_tree
     cli, run, rows = run_fit("configs/ntu60_cs.yaml", root, tmp_path)

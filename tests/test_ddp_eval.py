@@ -25,6 +25,7 @@ def only(folder, name):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_two_processes_write_one_predictions_file_in_dataset_order(synthetic_root, tmp_path, monkeypatch):
     # The spawned processes must import this checkout's dna_video (not an installed copy).
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
@@ -40,6 +41,7 @@ def test_two_processes_write_one_predictions_file_in_dataset_order(synthetic_roo
 
 
 
+@pytest.mark.slow
 def test_two_processes_log_the_single_process_metrics(synthetic_root, tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     ddp = ["--trainer.devices=2", "--trainer.strategy=ddp_spawn"]

@@ -15,6 +15,7 @@ from experiments import denoising
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_quick_grid_end_to_end_then_resumes(tmp_path, capsys):
     out = tmp_path / "dn"
     assert denoising.main(["--quick", "--out", str(out), "--jobs", "2"]) == 0

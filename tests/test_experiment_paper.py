@@ -30,6 +30,7 @@ def _in_process(command, cwd=None):
     return subprocess.CompletedProcess(command, 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset, protocol, tree", [("toyota_smarthome", "cs", "smarthome_tree"),
                                                       ("ntu60", "cs", "ntu_tree")])
 def test_paper_runner_fits_tests_and_tabulates_both_attentions(dataset, protocol, tree, request, tmp_path, capsys,

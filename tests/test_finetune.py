@@ -100,6 +100,7 @@ def test_backbone_lr_multiplier_survives_the_schedule():
         VideoClassifier(num_classes=6, backbone_lr_mult=-1.0, **TINY)
 
 
+@pytest.mark.slow
 def test_cli_fine_tunes_from_a_checkpoint_with_other_classes_and_frames(synthetic_root, tmp_path, source_ckpt, caplog):
     source_path, source = source_ckpt
     path = tmp_path / "pretrained.ckpt"

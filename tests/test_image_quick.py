@@ -34,6 +34,7 @@ def test_bright_shapes_are_brighter_than_their_background_in_every_channel():
         _render(0, rng, 32, "dim")
 
 
+@pytest.mark.slow
 def test_quick_dna_vit_learns_the_bright_shapes(tmp_path):
     # The config at half its epochs (1200 images, 15 epochs, ~560 steps, fixed seed): 67.5%, ~35 s on one CPU thread.
     assert _fit_and_test(tmp_path, "bright") >= 0.6

@@ -52,6 +52,7 @@ def _config(run: Path, tmp_path: Path, **data) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_0_1_video_run_tests_predicts_and_resumes(runs, tmp_path, synthetic_root):
     from dna_video.tools.predict import main as predict
     from dna_video.training.cli import main
@@ -80,6 +81,7 @@ def test_a_0_1_video_run_tests_predicts_and_resumes(runs, tmp_path, synthetic_ro
     assert json.loads((run / "summary.json").read_text())["fit"]["epochs"] == 3
 
 
+@pytest.mark.slow
 def test_a_0_1_probe_run_tests_through_the_old_command(runs, tmp_path, synthetic_root):
     run = runs / "probe" / "version_0"
     config = _config(run, tmp_path, root=str(synthetic_root))
@@ -131,6 +133,7 @@ def test_every_0_1_module_path_imports_its_new_module_with_a_warning():
     assert NonFiniteGuard is new
 
 
+@pytest.mark.slow
 def test_old_python_m_commands_run_the_new_ones(tmp_path):
     commands = [("dna_video.predict", "python -m dna_video.tools.predict"),
                 ("dna_video.checkpoints", "python -m dna_video.tools.checkpoints"),
@@ -161,6 +164,7 @@ def test_0_1_public_names_stay_and_the_package_imports_no_torch():
     assert result.stdout.split() == ["0.2.0", "False"], result.stderr
 
 
+@pytest.mark.slow
 def test_the_0_1_example_configs_build_their_task_with_the_0_1_option_names_read_as_0_2(tmp_path, caplog):
     """configs/*.yaml as 0.1 shipped them (no model.class_path, flat option names): the video one
     through the one command, the probe and image ones through their old commands."""

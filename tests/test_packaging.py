@@ -119,6 +119,7 @@ def outside(installed, tmp_path_factory) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_installed_copy_reads_class_lists_and_splits_from_anywhere(installed, outside):
     found = outside
     # The installed copy, and its own package data: nothing read from the checkout.
@@ -159,6 +160,7 @@ def test_installed_copy_reads_class_lists_and_splits_from_anywhere(installed, ou
         assert copy.is_file() and copy.read_bytes() == source.read_bytes(), source
 
 
+@pytest.mark.slow
 def test_installed_command_runs_a_shipped_config_by_name(outside):
     """The ``dna-video`` console script of the install, outside the checkout: ``--config
     quickstart`` is the shipped quickstart, parsed by LightningCLI into the full config."""
@@ -243,6 +245,7 @@ NOT_IMPORTED = {
 }
 
 
+@pytest.mark.slow
 def test_every_package_import_is_a_declared_dependency_and_every_dependency_used():
     declared = _requirement_names(PYPROJECT["project"]["dependencies"])
     imported = _distributions(_third_party_imports(REPO / "dna_video", {"dna_video"}))
@@ -257,6 +260,7 @@ def test_every_package_import_is_a_declared_dependency_and_every_dependency_used
     assert "pytorchvideo" in imported
 
 
+@pytest.mark.slow
 def test_benchmarks_experiments_and_tests_import_only_declared_packages():
     declared = _requirement_names(PYPROJECT["project"]["dependencies"])
     extras = {k: _requirement_names(v) for k, v in PYPROJECT["project"]["optional-dependencies"].items()}

@@ -6,6 +6,7 @@ import os
 import shutil
 
 import av
+import pytest
 from video_trees import clip_frames, damaged_tail, truncated, write_avi, zero_length
 
 from dna_video.data import NTURGBD60
@@ -45,6 +46,7 @@ def test_validation_tells_ok_short_and_unreadable_files(tmp_path):
     assert results[empty.name]["status"] == "unreadable" and empty.name in results[empty.name]["error"]
 
 
+@pytest.mark.slow
 def test_transcode_in_parallel_resumes_and_the_copy_loads(ntu_tree, tmp_path):
     src, facts = ntu_tree
     root = tmp_path / "nturgb+d_rgb"
@@ -93,6 +95,7 @@ def test_transcode_in_parallel_resumes_and_the_copy_loads(ntu_tree, tmp_path):
     assert not list(out.rglob("*.partial")) and probe_video(str(redo))[0] == 12
 
 
+@pytest.mark.slow
 def test_a_file_that_hangs_or_crashes_the_decoder_is_named_and_the_run_goes_on(tmp_path, monkeypatch):
     import time
 

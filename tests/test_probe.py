@@ -214,6 +214,7 @@ K = len(SYNTHETIC_CLASSES)
 TESTED = 3 * 4  # test videos in 3 batches of 4
 
 
+@pytest.mark.slow
 def test_probe_fit_and_test_through_the_command_line(synthetic_root, tmp_path):
     ckpt, state = lightning_ckpt(tmp_path)
     args = [

@@ -232,6 +232,7 @@ def finite_checkpoint(path):
     return all(torch.isfinite(t).all() for t in state["state_dict"].values() if t.is_floating_point()), state
 
 
+@pytest.mark.slow
 def test_divergence_stops_the_process_and_keeps_the_last_good_checkpoint(synthetic_root, tmp_path):
     # A sane epoch 0, then the schedule multiplies the learning rate by 1e12: SGD diverges.
     result = cli("fit", *tiny_args(synthetic_root, tmp_path, "--trainer.max_epochs=3", "--trainer.limit_train_batches=3",
@@ -251,6 +252,7 @@ def test_divergence_stops_the_process_and_keeps_the_last_good_checkpoint(synthet
         assert finite_checkpoint(path)[0]
 
 
+@pytest.mark.slow
 def test_sigkill_mid_epoch_then_ckpt_path_last_reaches_the_uninterrupted_result(synthetic_root, tmp_path):
     args = ["--trainer.max_epochs=3", "--trainer.limit_train_batches=3", "--trainer.deterministic=true",
             "--trainer.logger.init_args.flush_logs_every_n_steps=1"]  # epoch 0's rows on disk before the kill
@@ -293,6 +295,7 @@ def test_sigkill_mid_epoch_then_ckpt_path_last_reaches_the_uninterrupted_result(
     assert not any((logs / "exp" / "version_1").iterdir())
 
 
+@pytest.mark.slow
 def test_sigterm_saves_a_resumable_checkpoint_and_exits_cleanly(synthetic_root, tmp_path):
     result = cli("fit", *tiny_args(synthetic_root, tmp_path, "--trainer.max_epochs=3", "--trainer.limit_train_batches=3",
                                    "--trainer.callbacks+=run_helpers.SignalAt", "--trainer.callbacks.init_args.step=4",
@@ -313,6 +316,7 @@ def console(capsys, *args):
     return exit_info.value.code, capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_user_errors_name_the_file_without_a_traceback_and_open_no_run(synthetic_root, tmp_path, capsys):
     text_file = tmp_path / "notes.txt"
     text_file.write_text("not a checkpoint")

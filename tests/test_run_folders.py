@@ -43,6 +43,7 @@ def _fit_process(root, log_dir, *extra):
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_two_fits_started_together_get_a_folder_each(synthetic_root, tmp_path):
     runs = [_fit_process(synthetic_root, tmp_path), _fit_process(synthetic_root, tmp_path)]
     results = [(p.wait(timeout=600), p.stderr.read()) for p in runs]
@@ -89,6 +90,7 @@ def _unchanged(files):
         assert path.read_bytes() == content, f"{path} changed"
 
 
+@pytest.mark.slow
 def test_fit_onto_a_finished_run_needs_overwrite(finished_run, synthetic_root):
     logs, run, files = finished_run
     with pytest.raises(RestoreError, match=r"run folder .*version_0 already holds a run \(summary.json, config.yaml"):
@@ -97,6 +99,7 @@ def test_fit_onto_a_finished_run_needs_overwrite(finished_run, synthetic_root):
     assert sorted(p.name for p in (logs / "exp").iterdir()) == ["version_0"]
 
 
+@pytest.mark.slow
 def test_overwrite_writes_over_the_run(finished_run, synthetic_root, tmp_path):
     logs, run, files = finished_run
     copy = tmp_path / "copy"
@@ -145,6 +148,7 @@ def test_a_mistyped_synthetic_root_is_announced_before_anything_is_generated(syn
     assert set(ready.datasets) == {"train", "val"}
 
 
+@pytest.mark.slow
 def test_testing_another_experiments_checkpoint_writes_beside_it(finished_run, synthetic_root, tmp_path):
     logs, run, files = finished_run
     other = tmp_path / "other_logs"
@@ -167,6 +171,7 @@ def test_run_files_lists_what_marks_a_run(tmp_path):
     assert run_files(tmp_path) == ["summary.json", "checkpoints/best-01.ckpt"]
 
 
+@pytest.mark.slow
 def test_options_that_clash_with_the_checkpoint_say_where_they_were_set(finished_run, synthetic_root, tmp_path):
     logs, run, files = finished_run
     last = run / "checkpoints" / "last.ckpt"

@@ -3,12 +3,14 @@
 import csv
 import json
 
+import pytest
 import torch
 
 from dna_video.training.cli import main
 from test_cli import cli_args
 
 
+@pytest.mark.slow
 def test_fit_and_test_write_a_summary_of_the_run(synthetic_root, tmp_path):
     main(["fit", *cli_args(synthetic_root, tmp_path, "--trainer.max_epochs=2", "--trainer.limit_train_batches=2",
                            "--trainer.limit_val_batches=1", "--test_after_fit=true")])

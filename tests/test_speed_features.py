@@ -12,6 +12,7 @@ from dna_video.tasks.video import VideoClassifier
 from test_cli import cli_args
 
 
+@pytest.mark.slow
 def test_bf16_mixed_precision_trains_from_the_cli(synthetic_root, tmp_path):
     cli = main(["fit", *cli_args(synthetic_root, tmp_path, "--trainer.precision=bf16-mixed",
                                  "--trainer.max_epochs=1", "--trainer.limit_train_batches=2",
@@ -31,6 +32,7 @@ def test_bf16_mixed_precision_trains_from_the_cli(synthetic_root, tmp_path):
     assert set(metrics) >= {"test/loss", "test/top1"} and math.isfinite(float(metrics["test/loss"]))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                     reason="torch.compile's CPU backend needs a C compiler")
 def test_compile_keeps_parameter_names_and_outputs():

@@ -1,5 +1,6 @@
 """Attention per path through the CLI: from YAML and the command line; a variant trains."""
 
+import pytest
 import yaml
 from test_cli import cli_args
 
@@ -8,6 +9,7 @@ from dna_video.models.attention import CogAttention, DifferentialAttention, Shar
 from dna_video.training.cli import main
 
 
+@pytest.mark.slow
 def test_attention_per_path_from_yaml_and_command_line(synthetic_root, tmp_path):
     config = tmp_path / "paths.yaml"
     config.write_text(yaml.safe_dump({"model": {"attention": "cog", "temporal_attention": "diff"}}))
@@ -28,6 +30,7 @@ def test_attention_per_path_from_yaml_and_command_line(synthetic_root, tmp_path)
                for b in cli.model.net.blocks)
 
 
+@pytest.mark.slow
 def test_fit_with_a_variant_per_path_saves_and_restores_it(synthetic_root, tmp_path):
     cli = main(["fit", *cli_args(synthetic_root, tmp_path, "--model.network.temporal_attention=softmax",
                                  "--model.network.spatial_attention=diff", "--trainer.max_epochs=1",

@@ -73,6 +73,7 @@ def test_timm_vit_checkpoint_into_dna_vit_reports_the_negative_branch(tmp_path):
     assert torch.equal(model.blocks[1].mlp.fc1.weight, source.blocks[1].mlp.fc1.weight)
 
 
+@pytest.mark.slow
 def test_image_fit_and_test_through_the_cli(tmp_path):
     from dna_video.training.cli import main
 
