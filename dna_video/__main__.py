@@ -7,6 +7,7 @@ dna_video`` are this program.
     dna-video analyze {maps,subspaces} ...       # attention maps, subspace angles
     dna-video prepare ...                        # scan, validate, transcode a dataset copy
     dna-video checkpoints {inspect,export-hf,export-ref,card} ...
+    dna-video export {onnx,pt2} CKPT OUT         # a deployable model with its data settings inside
     dna-video configs                            # the example configs shipped with the package
 
 ``predict`` is the tool when its first argument is a file (a checkpoint), LightningCLI's
@@ -25,6 +26,7 @@ TOOLS = {
     "prepare": "dna_video.tools.prepare",
     "checkpoints": "dna_video.tools.checkpoints",
     "predict": "dna_video.tools.predict",
+    "export": "dna_video.tools.export",
 }
 
 

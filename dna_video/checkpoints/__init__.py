@@ -16,7 +16,8 @@ architecture facts and the geometry; :mod:`.conversion` the pure conversion (che
 target model -> state dict + report); :mod:`.outcomes` / :mod:`.load_report` the report as data;
 :mod:`.loading` the import (conversion, ``load_state_dict``, initialisations the report calls
 for); :mod:`dna_video.models.attention.negative_init` the negative-branch policies; :mod:`.export` the Hugging Face and
-reference TimeSformer exports. ``dna-video checkpoints --help`` inspects and exports
+reference TimeSformer exports; :mod:`.deploy` the ONNX and ``torch.export`` files to deploy
+(``dna-video export``). ``dna-video checkpoints --help`` inspects and exports
 from the command line.
 """
 
