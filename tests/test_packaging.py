@@ -246,7 +246,10 @@ NOT_IMPORTED = {
 
 
 # Extras the package imports only where they are used (the code says which extra to install).
-PACKAGE_EXTRAS = {"deploy": "dna-video export onnx (dna_video.checkpoints.deploy)"}
+PACKAGE_EXTRAS = {
+    "deploy": "dna-video export onnx (dna_video.checkpoints.deploy)",
+    "torchcodec": "the data option decoder=torchcodec (dna_video.data.decoders)",
+}
 
 
 @pytest.mark.slow

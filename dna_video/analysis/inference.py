@@ -5,7 +5,8 @@ the dataset:
 
 * ``class_names``: the class names in label order (from the DataModule);
 * ``datamodule_hyper_parameters``: the DataModule's arguments, among them the test settings
-  (frames, sampling rate and frame rate, sampling mode, crop, mean/std, test clips x crops).
+  (frames, sampling rate and frame rate, sampling mode, crop, mean/std, test clips x crops)
+  and the decoder.
 
 Older checkpoints without them: the settings come from the run's ``config.yaml`` (two folders
 up, where LightningCLI writes it), else from the model's frame count and resolution and the
@@ -59,6 +60,7 @@ class EvalSettings:
     std: tuple[float, ...] = (0.225, 0.225, 0.225)
     num_clips: int = 1
     num_crops: int = 3
+    decoder: str = "decord"  # decord, pyav or torchcodec (dna_video.data.decoders)
 
     @property
     def sampler(self) -> FrameSampler:
@@ -246,7 +248,7 @@ def load_views(path: str, settings: EvalSettings, min_side: int = 0) -> VideoVie
     if min_side > 1:
         _check_size(path, *frame_size(path), min_side)
     sampler = settings.sampler
-    decoded = read_frames(path, lambda n, fps: sampler.view_indices(n, fps, settings.num_clips))
+    decoded = read_frames(path, lambda n, fps: sampler.view_indices(n, fps, settings.num_clips), settings.decoder)
     if min_side > 1:
         _check_size(path, *decoded.frames.shape[1:3], min_side)
     clips = rearrange(torch.from_numpy(decoded.frames), "(k t) h w c -> k t c h w", k=settings.num_clips)

@@ -1,4 +1,5 @@
-"""Video data: frame sampling, decord decoding, clip transforms, datasets and DataModules.
+"""Video data: frame sampling, decoding (decord, PyAV, torchcodec), clip transforms, datasets and
+DataModules.
 
 Names are imported on first use (PEP 562), so that a DataLoader worker started with
 ``spawn``, which imports only what unpickling the dataset needs, does not import Lightning.

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import lightning as L
 import torch.distributed as dist
@@ -22,6 +23,7 @@ from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch.utils.data import DataLoader, Sampler
 
 from dna_video.data.dataset import VideoClipDataset, VideoRecord, collate_videos
+from dna_video.data.decoders import resolve_decoder
 from dna_video.data.protocols import Protocol
 from dna_video.data.sampling import FrameSampler
 from dna_video.data.transforms import EvalClipTransform, TrainClipTransform
@@ -141,6 +143,10 @@ class VideoDataModule(L.LightningDataModule):
         root: folder holding the dataset's videos.
         batch_size: clips per training batch; videos per evaluation batch.
         num_workers: DataLoader worker processes (each decodes with one thread).
+        decoder: what decodes the videos: ``decord``, ``pyav`` (PyAV) or ``torchcodec`` (the
+            ``torchcodec`` extra, with FFmpeg's shared libraries installed). Where decord does
+            not import (no wheel for the platform), ``decord`` decodes with PyAV and one info
+            line says so. All return the same frames for the same indices.
         num_frames: frames per clip (T), linked to the model's ``num_frames``.
         sampling_rate: interval between sampled frames, counted at ``target_fps``.
         target_fps: frame rate ``sampling_rate`` refers to (None: the file's own frames).
@@ -178,6 +184,7 @@ class VideoDataModule(L.LightningDataModule):
         root: str,
         batch_size: int = 8,
         num_workers: int = 8,
+        decoder: Literal["decord", "pyav", "torchcodec"] = "decord",
         num_frames: int = 8,
         sampling_rate: int = 32,
         target_fps: float | None = 30.0,
@@ -209,6 +216,9 @@ class VideoDataModule(L.LightningDataModule):
         self.root = root
         self.batch_size = batch_size
         self.num_workers = num_workers
+        # The decoder that reads here (decord -> PyAV where decord does not import); one that
+        # cannot run (torchcodec not installed) stops the command now, with what to do.
+        self.decoder = resolve_decoder(decoder)
         self.num_frames = num_frames
         self.crop_size = crop_size
         self.sampler = FrameSampler(num_frames, sampling_rate, target_fps, sampling, short_video)
@@ -254,11 +264,11 @@ class VideoDataModule(L.LightningDataModule):
         if split == "train":
             transform = TrainClipTransform(self.train_short_side, self.crop_size, self.hflip, self.mean, self.std)
             return VideoClipDataset(records, self.sampler, transform, train=True, max_retries=self.max_retries,
-                                    slow_decode_warning=self.timeout / 2)
+                                    slow_decode_warning=self.timeout / 2, decoder=self.decoder)
         clips, crops = self.views[split]
         transform = EvalClipTransform(self.crop_size, crops, self.mean, self.std)
         return VideoClipDataset(records, self.sampler, transform, train=False, num_clips=clips,
-                                slow_decode_warning=self.timeout / 2)
+                                slow_decode_warning=self.timeout / 2, decoder=self.decoder)
 
     def check_inputs(self, stage: str) -> None:
         """Find now what would stop ``stage`` later: the command line calls this before it

@@ -63,6 +63,7 @@ class VideoClipDataset(Dataset):
         slow_decode_warning: seconds after which a decode still running is logged with its
             path (0: never). A decoder stuck inside C code cannot be interrupted, but this
             names the file before the DataLoader's timeout stops the run.
+        decoder: ``decord``, ``pyav`` or ``torchcodec`` (:mod:`.decoders`).
         mask_reader: video path -> ground-truth masks bool (N, M, H, W) for its N frames (e.g.
             :func:`~.distractors.read_masks`); when given, each sample also holds ``masks``,
             the SAME frames, resize, crop and flip as its clip: (M, T, h, w) in training,
@@ -79,6 +80,7 @@ class VideoClipDataset(Dataset):
         max_retries: int = 10,
         slow_decode_warning: float = 0.0,
         mask_reader: Callable[[str], np.ndarray] | None = None,
+        decoder: str = "decord",
     ) -> None:
         self.records = list(records)
         self.sampler = sampler
@@ -88,6 +90,7 @@ class VideoClipDataset(Dataset):
         self.max_retries = max_retries
         self.slow_decode_warning = slow_decode_warning
         self.mask_reader = mask_reader
+        self.decoder = decoder
 
     def __len__(self) -> int:
         return len(self.records)
@@ -134,13 +137,15 @@ class VideoClipDataset(Dataset):
         if self.train:
             rng = rng or self._rng()
             with self._watch(record.path):
-                decoded = read_frames(record.path, lambda n, fps: pick(self.sampler.train_indices(n, fps, rng)))
+                decoded = read_frames(record.path, lambda n, fps: pick(self.sampler.train_indices(n, fps, rng)),
+                                      self.decoder)
             frames = rearrange(torch.from_numpy(decoded.frames), "t h w c -> t c h w")
             if self.mask_reader is None:
                 return self.transform(frames), decoded
             return self.transform(frames, self._masks(record.path, chosen[-1], decoded.num_frames)), decoded
         with self._watch(record.path):
-            decoded = read_frames(record.path, lambda n, fps: pick(self.sampler.view_indices(n, fps, self.num_clips)))
+            decoded = read_frames(record.path, lambda n, fps: pick(self.sampler.view_indices(n, fps, self.num_clips)),
+                                  self.decoder)
         clips = rearrange(torch.from_numpy(decoded.frames), "(k t) h w c -> k t c h w", k=self.num_clips)
         if self.mask_reader is None:
             # (clips, crops, C, T, h, w) -> views ordered clip-major.

@@ -1,4 +1,5 @@
-"""Decoding with decord: only the frames a clip needs, one reader per call.
+"""Decoding only the frames a clip needs, one reader per call, by the chosen decoder
+(decord by default; PyAV or torchcodec: :mod:`.decoders`).
 
 The reader is opened inside the call (never kept on a Dataset): a decord reader created
 before DataLoader workers fork hangs them, and cannot be pickled for spawn. One decoding
@@ -6,12 +7,12 @@ thread per reader (decord's default of 0 means every core, which oversubscribes 
 several workers).
 
 Some files report more frames than can be decoded (a damaged or partly written tail):
-decord then fails on the frames past the damage, and not reliably (its threaded decoder
-reads ahead, so even an early frame can fail). For such a file :func:`read_frames` counts
-the decodable frames once with PyAV, which decodes packet by packet and stops at the first
-error, remembers the count for the process, and samples within those frames, decoding them
-with PyAV. Files that cannot be opened or hold no decodable frame raise
-:class:`VideoDecodeError` naming the file and saying what it is in plain words: ``empty file
+the decoder then fails on the frames past the damage, and with decord not reliably (its
+threaded decoder reads ahead, so even an early frame can fail). For such a file
+:func:`read_frames` counts the decodable frames once with PyAV, which decodes packet by
+packet and stops at the first error, remembers the count for the process, and samples within
+those frames, decoding them with PyAV. Files that cannot be opened or hold no decodable
+frame raise :class:`VideoDecodeError` naming the file and saying what it is in plain words: ``empty file
 (0 bytes)``; ``not a video (19 bytes, starts with 'hello...')`` when it has no video
 container's signature; ``damaged or truncated mp4/mov file (N bytes): moov atom not found``
 (the decoder's own reason) when it has one. What FFmpeg and decord print meanwhile is kept
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dna_video.data.decoder_log import decoder_messages, decoder_reason, plain_reason
+from dna_video.data.decoders import DecoderUnavailableError, VideoReader, open_reader
 
 log = logging.getLogger(__name__)
 
@@ -161,10 +163,24 @@ def _open(path: str):
     raise _unreadable(path, decoder_reason(path, said, error)) from error
 
 
-def probe_video(path: str) -> tuple[int, float]:
-    """(frame count, fps) of a video file as decord reports them."""
-    vr = _open(path)
-    return len(vr), float(vr.get_avg_fps())
+def _open_reader(path: str, decoder: str = "decord") -> VideoReader:
+    """``path`` opened by ``decoder`` (:mod:`.decoders`), or the error naming what it is."""
+    _check_file(path)
+    error: Exception | None = None
+    with decoder_messages() as said:
+        try:
+            return open_reader(path, decoder)
+        except DecoderUnavailableError:
+            raise  # the decoder, not the file: stops the run
+        except Exception as exc:  # decord's DECORDError, PyAV's FFmpegError, torchcodec's RuntimeError...
+            error = exc
+    raise _unreadable(path, decoder_reason(path, said, error)) from error
+
+
+def probe_video(path: str, decoder: str = "decord") -> tuple[int, float]:
+    """(frame count, fps) of a video file as ``decoder`` reports them."""
+    with _open_reader(path, decoder) as reader:
+        return reader.num_frames, reader.fps
 
 
 def frame_size(path: str) -> tuple[int, int]:
@@ -235,29 +251,30 @@ def declared_frames(path: str) -> int:
         return 0
 
 
-def read_frames(path: str, sampler) -> VideoFrames:
-    """Open ``path`` and decode the frames chosen by ``sampler``.
+def read_frames(path: str, sampler, decoder: str = "decord") -> VideoFrames:
+    """Open ``path`` with ``decoder`` (:mod:`.decoders`) and decode the frames chosen by
+    ``sampler``.
 
     ``sampler(num_frames, fps)`` returns an integer array of any shape of frame indices; the
-    unique indices are decoded once (sorted, so that decord seeks forward) and the result
+    unique indices are decoded once (sorted, so that the decoder seeks forward) and the result
     is laid out in the sampler's shape, flattened to (N, H, W, C) with N = its size. If the
     file holds fewer decodable frames than it reports, the sampler is asked again with the
     decodable count (see the module's docstring).
     """
     key = _file_key(path)
     if key not in _DECODABLE:
-        vr = _open(path)
-        num_frames, fps = len(vr), float(vr.get_avg_fps())
-        if num_frames < 1:
-            raise _unreadable(path, "no video frames")
-        indices = np.asarray(sampler(num_frames, fps), dtype=np.int64)
-        unique, inverse = np.unique(indices.reshape(-1), return_inverse=True)
-        failure: Exception | None = None
-        with decoder_messages() as said:
-            try:
-                decoded = vr.get_batch(unique.tolist()).asnumpy()
-            except Exception as exc:  # decord raises DECORDError or RuntimeError
-                failure, decoded = exc, None
+        with _open_reader(path, decoder) as reader:
+            num_frames, fps = reader.num_frames, reader.fps
+            if num_frames < 1:
+                raise _unreadable(path, "no video frames")
+            indices = np.asarray(sampler(num_frames, fps), dtype=np.int64)
+            unique, inverse = np.unique(indices.reshape(-1), return_inverse=True)
+            failure: Exception | None = None
+            with decoder_messages() as said:
+                try:
+                    decoded = reader.get(unique)
+                except Exception as exc:  # the decoder's own errors (decord: DECORDError or RuntimeError)
+                    failure, decoded = exc, None
         if decoded is not None and decoded.shape[0] == unique.size:
             if said:
                 log.debug("%s: the decoder said %s", path, " | ".join(said))
@@ -266,7 +283,6 @@ def read_frames(path: str, sampler) -> VideoFrames:
             error = f"asked for {unique.size} frames, got {decoded.shape[0]}"
         else:
             error = decoder_reason(path, said, failure)
-        del vr
         decodable = count_decodable_frames(path)
         if decodable == 0:
             raise _unreadable(path, f"no frame decodes ({num_frames} reported): {error}")
@@ -277,10 +293,10 @@ def read_frames(path: str, sampler) -> VideoFrames:
                 path, num_frames, decodable,
             )
         else:
-            log.warning("decord cannot decode %s (%s); decoding it with PyAV", path, error)
+            log.warning("%s cannot decode %s (%s); decoding it with PyAV", reader.name, path, error)
         _DECODABLE[key] = (min(decodable, num_frames), num_frames, fps)
     decodable, reported, fps = _DECODABLE[key]
-    # Decoded in order by PyAV: decord is not reliable on this file.
+    # Decoded in order by PyAV: the decoder is not reliable on this file.
     indices = np.asarray(sampler(decodable, fps), dtype=np.int64)
     unique, inverse = np.unique(indices.reshape(-1), return_inverse=True)
     count, kept = _pyav_frames(path, set(unique.tolist()), stop=int(unique.max()) + 1)

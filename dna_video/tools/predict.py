@@ -38,6 +38,7 @@ from torch.utils.data import DataLoader, Dataset
 from dna_video.common.atomic import atomic_path, write_text
 from dna_video.analysis.inference import LoadedModel, VideoTooSmallError, device_of, load_model, load_views
 from dna_video.training.callbacks.predictions import write_predictions_csv
+from dna_video.data.decoders import DECODERS, resolve_decoder
 from dna_video.data.sampling import short_videos_note
 from dna_video.data.video import VideoDecodeError
 from dna_video.tasks.views import mean_view_probs
@@ -215,6 +216,9 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--std", type=float, nargs=3, help="per-channel normalisation std")
     group.add_argument("--clips", type=int, help="temporal views per video")
     group.add_argument("--crops", type=int, choices=[1, 3], help="spatial views per video")
+    group.add_argument("--decoder", choices=list(DECODERS),
+                       help="what decodes the videos (default: as in training; decord falls back to PyAV where it "
+                            "does not import)")
     group.add_argument("--num-heads", type=int, help="head count, for a checkpoint of another layout that does not state it")
 
 
@@ -223,7 +227,7 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "num_frames": args.num_frames, "sampling_rate": args.sampling_rate, "target_fps": args.target_fps,
         "sampling": args.sampling, "crop_size": args.crop_size,
         "mean": tuple(args.mean) if args.mean else None, "std": tuple(args.std) if args.std else None,
-        "num_clips": args.clips, "num_crops": args.crops,
+        "num_clips": args.clips, "num_crops": args.crops, "decoder": args.decoder,
     }
 
 
@@ -293,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         videos = collect_videos(args.paths, args.root)
         model = load_model(args.checkpoint, num_heads=args.num_heads, **settings_overrides(args))
+        resolve_decoder(model.settings.decoder)  # a decoder that cannot run here stops now, saying why
     except (FileNotFoundError, ValueError) as exc:  # CheckpointError is a ValueError
         raise SystemExit(f"error: {exc}") from None
     labels = dict(videos)
