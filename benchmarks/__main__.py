@@ -3,6 +3,7 @@
     python -m benchmarks                      # everything (under 10 minutes on 2 CPU cores)
     python -m benchmarks --sections attention model --rounds 9
     python -m benchmarks --sections variants  # every registered attention kind beside softmax
+    python -m benchmarks --sections timeline  # a long video: throughput, memory flat in its length
     python -m benchmarks --sections decoders  # decord, PyAV and torchcodec on long videos
     python -m benchmarks --quick              # fewer rounds and clips, a smoke run
     python -m benchmarks --compile            # also torch.compile (its first step compiles)
@@ -25,10 +26,10 @@ os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
 import torch
 
-from . import attention, data, decoders, model, variants
+from . import attention, data, decoders, model, timeline, variants
 from .harness import machine_description, markdown_table
 
-SECTIONS = ("attention", "model", "variants", "data", "decoders")
+SECTIONS = ("attention", "model", "variants", "data", "decoders", "timeline")
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -65,6 +66,8 @@ def main(argv: list[str] | None = None) -> str:
             # Each data epoch starts its own workers and takes seconds to minutes: fewer rounds than
             # the model cases, but at least 3 for a real median (2 in a --quick smoke run).
             rows += data.run(args.cache, rounds=2 if args.quick else max(3, args.rounds // 2), quick=args.quick)
+        elif section == "timeline":
+            rows += timeline.run(args.cache, rounds=args.rounds, quick=args.quick)
         elif section == "decoders":
             rows += decoders.run(args.cache, rounds=2 if args.quick else max(3, args.rounds // 2), quick=args.quick)
         # Progress, and the rows so far in case a later section fails.

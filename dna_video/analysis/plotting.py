@@ -14,7 +14,8 @@ sign(p) softmax(|p|)) is drawn on a diverging scale centred at 0.
   the sampled frames, one row (GIF: one panel) per branch;
 * :func:`temporal_png`: frame-to-frame attention heat maps;
 * :func:`subspace_png`: layers x heads heat maps of the mean V+ / V- principal angle
-  (spatial and temporal side by side) and alpha per layer.
+  (spatial and temporal side by side) and alpha per layer;
+* :func:`timeline_figure`: a long video's class probabilities over time and its segments.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from dna_video.common.atomic import atomic_path
 __all__ = [
     "WEIGHT_UNIT", "SIGNED_UNIT", "confusion_figure", "confusion_png", "overlay", "attention_grid_figure",
     "attention_grid_png", "attention_gif_frames", "attention_gif", "temporal_figure", "temporal_png",
-    "subspace_figure", "subspace_png", "save_figure",
+    "subspace_figure", "subspace_png", "save_figure", "PROBABILITY_UNIT", "timeline_figure",
 ]
 
 #: Colour bar labels: attention weights that are probabilities, and signed ones.
@@ -394,3 +395,52 @@ def subspace_figure(records: Sequence[Mapping[str, Any]], title: str = "") -> Fi
 def subspace_png(records: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> Path:
     """:func:`subspace_figure` written to ``path``."""
     return save_figure(subspace_figure(records, title), path)
+
+
+# -- a long video's timeline ---------------------------------------------------------------------
+
+#: Colour bar label of the timeline.
+PROBABILITY_UNIT = "class probability (0 to 1)"
+
+
+def timeline_figure(start_s: Sequence[float], end_s: Sequence[float], probs: np.ndarray,
+                    class_names: Sequence[str], segments: Sequence[tuple[float, float, int, float]],
+                    title: str = "") -> Figure:
+    """A video's class probabilities over time and its segments, one row per class (names on
+    both panels' y axes).
+
+    Top: the (W, K) ``probs`` of windows ``start_s``..``end_s`` as a heat strip, each window
+    drawn from halfway to its predecessor's centre to halfway to its successor's. Bottom: the
+    ``segments`` (start, end, class, mean probability) as bars on their class's row, coloured by
+    their probability on the same scale (one colour bar)."""
+    probs = np.asarray(probs, dtype=np.float64)
+    k = len(class_names)
+    start, end = np.asarray(start_s, dtype=np.float64), np.asarray(end_s, dtype=np.float64)
+    centres = (start + end) / 2
+    edges = np.concatenate([[start[0]], (centres[:-1] + centres[1:]) / 2, [end[-1]]]) if len(start) else np.zeros(2)
+    rows = 0.22 * k + 0.9
+    fig = Figure(figsize=(10.0, 2 * rows + 1.2), layout="constrained")
+    heat, bars = fig.subplots(2, 1, sharex=True)
+    norm = Normalize(0.0, 1.0)
+    cmap = matplotlib.colormaps["viridis"]
+    if len(start):
+        image = heat.pcolormesh(edges, np.arange(k + 1) - 0.5, probs.T, cmap=cmap, norm=norm)
+    else:
+        image = ScalarMappable(norm, cmap)
+    heat.set_title("class probability per window", fontsize=9)
+    for lo, hi, label, prob in segments:
+        bars.broken_barh([(lo, hi - lo)], (label - 0.4, 0.8), facecolors=cmap(norm(prob)), edgecolor="black",
+                         linewidth=0.5)
+    bars.set_title("segments: consecutive windows of one top-1 class (colour: its mean probability)", fontsize=9)
+    size = 8 if k <= 40 else 6
+    for ax in (heat, bars):
+        ax.set_yticks(range(k), [str(n) for n in class_names], fontsize=size)
+        ax.set_ylim(k - 0.5, -0.5)  # the first class on top
+        ax.set_ylabel("class")
+        ax.set_xlabel("time (s)")
+        ax.tick_params(labelbottom=True)  # times under both panels
+    bars.set_xlim(edges[0], edges[-1])
+    bar = fig.colorbar(image, ax=[heat, bars], fraction=0.04, pad=0.02)
+    bar.set_label(PROBABILITY_UNIT, fontsize=8)
+    _suptitle(fig, title, "Timeline")
+    return fig

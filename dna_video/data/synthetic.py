@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -32,7 +32,7 @@ from dna_video.data.video import write_video
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SYNTHETIC_CLASSES", "generate_synthetic_dataset", "render_video", "SyntheticSmarthome"]
+__all__ = ["SYNTHETIC_CLASSES", "generate_synthetic_dataset", "render_video", "write_long_video", "SyntheticSmarthome"]
 
 # Class names in label order. Names follow Smarthome's `Coarse.Fine` style (no `_`).
 SYNTHETIC_CLASSES = ("Blink", "Change.Size", "Move.Circle", "Move.Line", "Stay")
@@ -125,6 +125,29 @@ def render_video(label: int, seed: int, height: int = 84, width: int = 112) -> n
             img[_shape_mask(kind, yy, xx, cy[i], cx[i], r[i])] = colour
         frames[i] = np.clip(img, 0, 255).astype(np.uint8)
     return frames
+
+
+def write_long_video(path: str | os.PathLike, labels: Sequence[int], clips_per_segment: int = 3, seed: int = 10_000,
+                     height: int = 84, width: int = 112, fps: float = 30.0) -> list[dict]:
+    """An untrimmed video at ``path``: segment i is ``clips_per_segment`` synthetic videos of
+    class ``labels[i]`` played one after another (seeds from ``seed``, apart from the
+    dataset's), written frame by frame (never whole in memory). Returns the truth: one
+    ``{"start_s", "end_s", "label", "name"}`` per segment."""
+    truth, frame = [], 0
+
+    def frames():
+        nonlocal frame
+        for i, label in enumerate(labels):
+            first = frame
+            for k in range(clips_per_segment):
+                clip = render_video(label, seed + i * clips_per_segment + k, height, width)
+                frame += len(clip)
+                yield from clip
+            truth.append({"start_s": round(first / fps, 3), "end_s": round(frame / fps, 3), "label": int(label),
+                          "name": SYNTHETIC_CLASSES[label]})
+
+    write_video(str(path), frames(), fps=fps)
+    return truth
 
 
 def _video_plan(seed: int, videos_per_subject_class: int) -> list[tuple[SmarthomeName, int, int]]:

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +45,8 @@ __all__ = [
     "declared_frames",
     "write_video",
     "transcode_video",
+    "FrameStream",
+    "open_stream",
 ]
 
 
@@ -304,6 +307,133 @@ def read_frames(path: str, sampler, decoder: str = "decord") -> VideoFrames:
         raise VideoDecodeError(f"{path}: {unique.size} frames wanted below {decodable}, {len(kept)} decoded")
     frames = np.stack([kept[i] for i in unique.tolist()])[inverse]
     return VideoFrames(frames=frames, num_frames=decodable, fps=fps, reported=reported, decoded_by_pyav=True)
+
+
+# ------------------------------------------------------------- a long video, in order
+
+
+def _pyav_iter(path: str, wanted: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(index, (H, W, 3) uint8) of the sorted unique frame indices ``wanted``, decoded in order
+    with PyAV; ends at the last wanted frame or at the first decoding error."""
+    import av
+
+    if wanted.size == 0:
+        return
+    position, last = 0, int(wanted[-1])
+    try:
+        with av.open(path) as container:
+            stream = container.streams.video[0]
+            stream.codec_context.thread_count = 1
+            count = 0
+            for packet in container.demux(stream):
+                for frame in packet.decode():
+                    if count == int(wanted[position]):
+                        yield count, frame.to_ndarray(format="rgb24")
+                        position += 1
+                        if count >= last:
+                            return
+                    count += 1
+    except (av.error.FFmpegError, IndexError, OSError):
+        return  # the frames decoded before the damage are what the file holds
+
+
+class FrameStream:
+    """One video file read front to back in chunks: what a timeline over a long video needs.
+
+    :meth:`chunks` decodes the frames of an ascending index array in order, each index once,
+    ``size`` frames per decoder call (a reader of :mod:`.decoders`), so memory holds one chunk
+    whatever the video's length. A file the decoder fails on is read on with PyAV, in order,
+    from the first frame it failed on to the end or the first damaged frame. ``decoded`` counts
+    the frames handed out. Open with :func:`open_stream`; close (or use ``with``) when done.
+    """
+
+    def __init__(self, path: str, reader: VideoReader | None, num_frames: int, fps: float) -> None:
+        self.path = path
+        self.num_frames = num_frames
+        self.fps = fps
+        self.decoded = 0
+        self._reader = reader  # None: PyAV in order (the decoder failed on this file before)
+
+    def _batch(self, indices: np.ndarray) -> np.ndarray | None:
+        """The frames of ``indices`` from the reader, or None (logged) where it fails."""
+        failure: Exception | None = None
+        with decoder_messages() as said:
+            try:
+                frames = self._reader.get(indices)
+            except Exception as exc:  # the decoder's own errors (decord: DECORDError or RuntimeError)
+                failure, frames = exc, None
+        if frames is not None and frames.shape[0] == indices.size:
+            return frames
+        why = f"asked for {indices.size} frames, got {frames.shape[0]}" if frames is not None else (
+            decoder_reason(self.path, said, failure))
+        log.warning("%s cannot decode %s from frame %d (%s): reading on with PyAV", self._reader.name, self.path,
+                    int(indices[0]), why)
+        return None
+
+    def chunks(self, indices: np.ndarray, size: int = 32) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(indices, frames (n, H, W, 3) uint8) of the ascending unique ``indices`` in order, at
+        most ``size`` a chunk; fewer in all when the file ends in damage (nothing follows)."""
+        indices = np.asarray(indices, dtype=np.int64)
+        if indices.size and (np.any(np.diff(indices) <= 0) or indices[0] < 0 or indices[-1] >= self.num_frames):
+            raise ValueError(f"{self.path}: frame indices must be ascending, unique and below {self.num_frames}")
+        start = 0
+        while start < indices.size and self._reader is not None:
+            part = indices[start: start + size]
+            frames = self._batch(part)
+            if frames is None:
+                self.close()
+                break
+            self.decoded += len(part)
+            yield part, frames
+            start += size
+        got, batch = [], []
+        for index, frame in _pyav_iter(self.path, indices[start:]):
+            got.append(index)
+            batch.append(frame)
+            if len(batch) == size:
+                self.decoded += size
+                yield np.asarray(got), np.stack(batch)
+                got, batch = [], []
+        if batch:
+            self.decoded += len(batch)
+            yield np.asarray(got), np.stack(batch)
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def __enter__(self) -> "FrameStream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_stream(path: str, decoder: str = "decord") -> FrameStream:
+    """A :class:`FrameStream` over ``path`` read by ``decoder`` (:mod:`.decoders`): its frame
+    count and rate as the decoder reports them, or as counted when the decoder failed on the
+    file before (then read with PyAV); a frame rate the file does not state is taken as 30,
+    with a warning.
+
+    Raises:
+        VideoDecodeError: the file cannot be opened or holds no frame.
+    """
+    key = _file_key(path)
+    reader = _open_reader(path, decoder)
+    num_frames, fps = reader.num_frames, reader.fps
+    if key in _DECODABLE:
+        reader.close()
+        reader = None
+        num_frames, _, fps = _DECODABLE[key]
+    if num_frames < 1:
+        if reader is not None:
+            reader.close()
+        raise _unreadable(path, "no video frames")
+    if not math.isfinite(fps) or fps <= 0:
+        log.warning("%s states no frame rate: times assume 30 fps", path)
+        fps = 30.0
+    return FrameStream(path, reader, num_frames, fps)
 
 
 def write_video(

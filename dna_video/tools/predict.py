@@ -18,6 +18,16 @@ side below the network's patch size is refused the same way, with its size and t
 A video shorter than the clip is answered with frames repeated, as in evaluation: one line
 counts such videos, the table notes each (``3 of 7 frames``) and the JSON records hold
 ``frames`` and ``frames_needed``. The exit status is 1 when no video could be read.
+
+``--timeline`` reads each video as a long, untrimmed recording instead: the model's clip window
+slides along it (``--stride`` seconds or ``Nf`` frames, default half the window), each
+window's crops are combined, ``--smooth K`` averages K neighbouring windows, and consecutive
+windows of one top-1 class make a segment (``--min-segment S`` merges shorter ones). Written
+into ``--out DIR`` (default: the ``predict/`` folder of the checkpoint's run, else
+``./predict``), named after the video: ``<stem>_windows.csv``, ``<stem>_segments.json``,
+``<stem>.srt`` and ``<stem>_timeline.png`` (:mod:`dna_video.analysis.timeline`); the
+throughput is printed. A video is only read this way when asked: one label per file stays
+the answer for trimmed clips.
 """
 
 from __future__ import annotations
@@ -247,11 +257,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("checkpoint", help="this project's .ckpt (or any checkpoint the importer reads)")
     parser.add_argument("paths", nargs="+", help="video files, folders (searched recursively) or list files (.txt/.csv/.lst)")
     parser.add_argument("--root", help="folder the relative paths of list files start from (default: the list file's)")
-    parser.add_argument("--out", help="write the predictions to FILE.csv or FILE.json")
+    parser.add_argument("--out", help="write the predictions to FILE.csv or FILE.json (with --timeline: a folder)")
     parser.add_argument("--features", help="write each video's pre-head embedding with its path to FILE.npy or FILE.pt")
     parser.add_argument("--top-k", type=_positive_int, default=5, help="classes listed per video (default 5)")
     parser.add_argument("--device", help="cpu, cuda, cuda:1... (default: cuda when available)")
     parser.add_argument("--num-workers", type=int, default=0, help="decoding processes (default 0: in this process)")
+    timeline = parser.add_argument_group("long videos")
+    timeline.add_argument("--timeline", action="store_true",
+                          help="slide the clip window along each video: per-window CSV, segments as JSON and SRT, a "
+                               "timeline PNG, in --out DIR (default: the checkpoint's run's predict/, else ./predict)")
+    timeline.add_argument("--stride", help="between window starts: seconds (2.5, 2.5s) or frames of the file (16f); "
+                                           "default half the window")
+    timeline.add_argument("--smooth", type=_positive_int, default=1,
+                          help="average each window's probabilities over K neighbouring windows (default 1: none)")
+    timeline.add_argument("--min-segment", type=float, default=0.0,
+                          help="merge segments shorter than this many seconds into a neighbour (default 0)")
     add_settings_arguments(parser)
     return parser
 
@@ -286,11 +306,75 @@ def _table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _timeline_folder(args: argparse.Namespace) -> Path:
+    """``--out``, else the ``predict/`` folder of the checkpoint's run, else ``./predict``."""
+    if args.out:
+        return Path(args.out)
+    from dna_video.training.runs import evaluation_folder
+
+    return (evaluation_folder(args.checkpoint) or Path.cwd()) / "predict"
+
+
+def _timelines(args: argparse.Namespace, model: LoadedModel, videos: Sequence[str]) -> int:
+    """``--timeline``: each video's timeline files; one line of throughput per video."""
+    from dna_video.analysis.timeline import describe, parse_stride, video_timeline, write_timeline
+
+    stride = parse_stride(args.stride) if args.stride else None
+    if model.settings.sampling != "clip":
+        raise SystemExit("error: --timeline slides the clip window along the video: the model samples 'uniform' "
+                         "(T segments over the whole video); give --sampling clip and a --sampling-rate")
+    out = _timeline_folder(args)
+    stems: dict[str, int] = {}
+    failed, done, video_s, wall_s = 0, 0, 0.0, 0.0
+    for path in videos:
+        try:
+            timeline = video_timeline(model, path, stride, args.device)
+        except (VideoTooSmallError, VideoDecodeError) as exc:
+            what = "refused" if isinstance(exc, VideoTooSmallError) else "cannot read"
+            log.warning("%s %s: %s", what, path, exc.reason)
+            failed += 1
+            continue
+        stem = Path(path).stem
+        stems[stem] = stems.get(stem, 0) + 1
+        if stems[stem] > 1:  # two videos of one name: the files of the second get a number
+            stem = f"{stem}_{stems[stem]}"
+        files = write_timeline(timeline, out, stem, args.smooth, args.min_segment, args.top_k,
+                               extra={"checkpoint": model.source})
+        done += 1
+        video_s, wall_s = video_s + timeline.stats.video_seconds, wall_s + timeline.stats.seconds
+        print(describe(timeline))
+        shown = files.segments[:12]
+        for segment in shown:
+            print(f"  {segment.start_s:9.2f} - {segment.end_s:9.2f} s  {segment.name} {segment.prob:.3f}")
+        if len(files.segments) > len(shown):
+            print(f"  (+{len(files.segments) - len(shown)} more segments: {files.paths['json'].name})")
+        print(f"wrote {', '.join(p.name for p in files.paths.values())} to {out}")
+    if done > 1:
+        print(f"{done} videos: {video_s:.1f} s of video in {wall_s:.2f} s "
+              f"({video_s / wall_s if wall_s else float('inf'):.1f} s of video per second)")
+    if failed:
+        print(f"{failed} of {len(videos)} videos could not be read or were refused: each named above", file=sys.stderr)
+    return 0 if done else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    if args.out and Path(args.out).suffix not in (".csv", ".json"):
+    if args.timeline and args.features:
+        raise SystemExit("error: --features is per video: leave it out with --timeline")
+    if args.timeline and args.out and (Path(args.out).suffix in (".csv", ".json") or Path(args.out).is_file()):
+        raise SystemExit(f"--out {args.out}: with --timeline, give a folder (the files are named after each video)")
+    if not args.timeline and (args.stride or args.smooth != 1 or args.min_segment):
+        raise SystemExit("error: --stride, --smooth and --min-segment shape a timeline: add --timeline")
+    if args.timeline and args.stride:
+        from dna_video.analysis.timeline import parse_stride
+
+        try:
+            parse_stride(args.stride)
+        except ValueError as exc:
+            raise SystemExit(f"error: --{exc}") from None
+    if args.out and not args.timeline and Path(args.out).suffix not in (".csv", ".json"):
         raise SystemExit(f"--out {args.out}: use a .csv or .json file")
     if args.features and Path(args.features).suffix not in (".npy", ".pt"):
         raise SystemExit(f"--features {args.features}: use a .npy or .pt file")
@@ -300,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         resolve_decoder(model.settings.decoder)  # a decoder that cannot run here stops now, saying why
     except (FileNotFoundError, ValueError) as exc:  # CheckpointError is a ValueError
         raise SystemExit(f"error: {exc}") from None
+    if args.timeline:
+        return _timelines(args, model, [v for v, _ in videos])
     labels = dict(videos)
     found = predict_videos(model, [v for v, _ in videos], args.num_workers, args.device, features=bool(args.features))
     paths, probs, features = found.paths, found.probs, found.features
