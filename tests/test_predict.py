@@ -24,7 +24,7 @@ def test_checkpoint_carries_class_names_and_evaluation_settings(tiny_checkpoint)
     # The DataModule's test settings, read from its saved arguments (analysis_trees.datamodule).
     assert settings == {"num_frames": 4, "sampling_rate": 2, "target_fps": None, "sampling": "clip",
                         "short_video": "clamp", "crop_size": 32, "mean": (0.5,) * 3, "std": (0.25,) * 3,
-                        "num_clips": 1, "num_crops": 3}
+                        "num_clips": 1, "num_crops": 3, "decoder": "decord"}
     model = load_model(ckpt, crop_size=None, num_clips=2)
     assert model.settings_from == "the checkpoint" and model.class_names == CLASSES
     assert model.settings.num_clips == 2 and model.settings.crop_size == 32  # override / kept
