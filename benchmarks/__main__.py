@@ -7,6 +7,8 @@
     python -m benchmarks --sections decoders  # decord, PyAV and torchcodec on long videos
     python -m benchmarks --quick              # fewer rounds and clips, a smoke run
     python -m benchmarks --compile            # also torch.compile (its first step compiles)
+    python -m benchmarks --sections memory    # opt-in: long clips, grad checkpointing (20-40 min)
+    python -m benchmarks --sections compile   # opt-in: inductor against eager (several minutes of compiling)
     python -m benchmarks --output results.md  # also write the table to a file
 
 Run it from the repository root, so that this checkout's ``dna_video`` is the one measured.
@@ -26,16 +28,20 @@ os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
 import torch
 
-from . import attention, data, decoders, model, timeline, variants
+from . import attention, compiled, data, decoders, memory, model, timeline, variants
 from .harness import machine_description, markdown_table
 
 SECTIONS = ("attention", "model", "variants", "data", "decoders", "timeline")
+# Run only when named: each takes many minutes (real TimeSformer-B steps up to 12 blocks and 32
+# frames; inductor's compilation).
+OPT_IN = ("memory", "compile")
 
 
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS + OPT_IN, default=list(SECTIONS),
+                        help=f"default: {' '.join(SECTIONS)}; opt-in: {' '.join(OPT_IN)}")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per comparison (median)")
     parser.add_argument("--quick", action="store_true", help="fewer rounds and clips: a smoke run")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
@@ -53,7 +59,7 @@ def main(argv: list[str] | None = None) -> str:
     command = "python -m benchmarks " + shlex.join(sys.argv[1:] if argv is None else argv)
     header = machine_description()
     start = time.perf_counter()
-    rows = []
+    rows, notes = [], []
     for section in args.sections:
         t0 = time.perf_counter()
         if section == "attention":
@@ -70,6 +76,11 @@ def main(argv: list[str] | None = None) -> str:
             rows += timeline.run(args.cache, rounds=args.rounds, quick=args.quick)
         elif section == "decoders":
             rows += decoders.run(args.cache, rounds=2 if args.quick else max(3, args.rounds // 2), quick=args.quick)
+        elif section == "memory":
+            # Steps of seconds to a minute: 3 rounds (1 in a --quick smoke run).
+            rows += memory.run(rounds=min(3, args.rounds), quick=args.quick, notes=notes)
+        elif section == "compile":
+            rows += compiled.run(rounds=args.rounds, quick=args.quick, notes=notes)
         # Progress, and the rows so far in case a later section fails.
         print(f"[{section}: {time.perf_counter() - t0:.0f} s]\n{markdown_table(rows)}", file=sys.stderr, flush=True)
     total = time.perf_counter() - start
@@ -85,6 +96,7 @@ def main(argv: list[str] | None = None) -> str:
         "timed by this process's CPU time, which leaves out waiting for a core (steadier on a "
         "shared machine; blank for the data rows, whose work is in worker processes). "
         "Peak MiB: peak of live tensor memory during one call above what was live before it.",
+        *(["", "Notes:", *(f"- {note}" for note in notes)] if notes else []),
     ])
     print(text)
     if args.output:

@@ -21,7 +21,7 @@ knows nothing of Lightning or datasets.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +39,7 @@ __all__ = [
     "TimeSformerSpec",
     "DividedSpaceTimeBlock",
     "PRESETS",
+    "CHECKPOINT_PARTS",
     "timesformer",
     "resample_pos_embed",
     "resample_time_embed",
@@ -55,6 +56,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # ViT-B/16 geometry: the paper's TimeSformer-B (8 x 224 x 224).
     "base": dict(embed_dim=768, depth=12, num_heads=12, patch_size=16),
 }
+
+#: What ``grad_checkpointing`` recomputes in backward: each chosen ``block`` whole (only its
+#: input is kept), or only its two ``attention`` sublayers with their norms (the MLP keeps
+#: its activations). Measured: ``python -m benchmarks --sections memory``.
+CheckpointPart = Literal["block", "attention"]
+CHECKPOINT_PARTS: tuple[str, ...] = get_args(CheckpointPart)
 
 
 def resample_pos_embed(pos_embed: Tensor, new_grid: tuple[int, int], old_grid: tuple[int, int], mode: str) -> Tensor:
@@ -74,11 +81,13 @@ def resample_time_embed(time_embed: Tensor, num_frames: int, mode: str) -> Tenso
     half-pixel centres, or ``nearest``). Returned unchanged when T already is ``num_frames``."""
     if num_frames == time_embed.shape[1]:
         return time_embed
+    # transpose, not einops: time_embed is a Parameter, and einops' first call on a new tensor
+    # type makes torch.compile compile again.
     resampled = F.interpolate(
-        rearrange(time_embed, "1 t d -> 1 d t"), size=num_frames,
+        time_embed.transpose(1, 2), size=num_frames,  # 1 t d -> 1 d t
         mode=mode, **({"align_corners": False} if mode == "linear" else {}),
     )
-    return rearrange(resampled, "1 d t -> 1 t d")
+    return resampled.transpose(1, 2)  # 1 d t -> 1 t d
 
 
 class PatchEmbed(nn.Module):
@@ -140,26 +149,37 @@ class DividedSpaceTimeBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
         self.mlp = Mlp(dim, hidden_features=int(dim * mlp_ratio), drop=drop)
 
-    def forward(self, x: Tensor, num_frames: int) -> Tensor:
-        """x: (B, 1 + n*T, D), cls first, patches ordered ``(n t)``."""
+    def forward(self, x: Tensor, num_frames: int, recompute_attention: bool = False) -> Tensor:
+        """x: (B, 1 + n*T, D), cls first, patches ordered ``(n t)``. ``recompute_attention``:
+        keep only the inputs of the two attention sublayers (norm and attention) and recompute
+        them in backward (activation checkpointing of the attention alone)."""
         t = num_frames
         cls, patches = x[:, :1], x[:, 1:]
 
+        def attend(norm: nn.Module, attn: Attention, tokens: Tensor) -> Tensor:
+            if recompute_attention and torch.is_grad_enabled():
+                return checkpoint(_norm_attention, norm, attn, tokens, use_reentrant=False)
+            return attn(norm(tokens))
+
         # Temporal attention: each spatial location attends over its T frames (no cls).
         xt = rearrange(patches, "b (n t) d -> (b n) t d", t=t)
-        res = self.drop_path(self.temporal_attn(self.temporal_norm1(xt)))
+        res = self.drop_path(attend(self.temporal_norm1, self.temporal_attn, xt))
         res = rearrange(res, "(b n) t d -> b (n t) d", b=x.shape[0])
         patches = patches + self.temporal_fc(res)
 
         # Spatial attention: each frame attends over its patches plus a copy of the cls token.
         xs = rearrange(patches, "b (n t) d -> (b t) n d", t=t)
         xs = torch.cat([repeat(cls, "b 1 d -> (b t) 1 d", t=t), xs], dim=1)
-        res = self.drop_path(self.attn(self.norm1(xs)))
+        res = self.drop_path(attend(self.norm1, self.attn, xs))
         res_cls = reduce(res[:, :1], "(b t) 1 d -> b 1 d", "mean", t=t)
         res_patches = rearrange(res[:, 1:], "(b t) n d -> b (n t) d", t=t)
         x = torch.cat([cls + res_cls, patches + res_patches], dim=1)
 
         return x + self.drop_path(self.mlp(self.norm2(x)))
+
+
+def _norm_attention(norm: nn.Module, attn: Attention, tokens: Tensor) -> Tensor:
+    return attn(norm(tokens))
 
 
 class TimeSformer(nn.Module):
@@ -190,7 +210,13 @@ class TimeSformer(nn.Module):
         embed_interpolation: how pos/time embeddings are resampled at forward time when the
             input geometry differs from the configured one; ``nearest`` as the official
             TimeSformer and Hugging Face do.
-        grad_checkpointing: recompute each block in backward to save activation memory.
+        grad_checkpointing: activation checkpointing in training: keep less for backward and
+            recompute it there (less memory, more time); which blocks and what part of them
+            the next two arguments say.
+        grad_checkpointing_every: recompute every k-th block (blocks 0, k, 2k, ...; 1: all).
+        grad_checkpointing_part: ``block`` (the whole block, only its input kept) or
+            ``attention`` (its two attention sublayers and their norms; the MLP keeps its
+            activations), :data:`CHECKPOINT_PARTS`.
         norm_eps: LayerNorm epsilon (1e-6 in the official model; a Hugging Face config may
             state another).
     """
@@ -218,10 +244,16 @@ class TimeSformer(nn.Module):
         norm_eps: float = 1e-6,
         temporal_attention: str | None = None,
         spatial_attention: str | None = None,
+        grad_checkpointing_every: int = 1,
+        grad_checkpointing_part: CheckpointPart = "block",
     ) -> None:
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"img_size={img_size} is not a multiple of patch_size={patch_size}")
+        if grad_checkpointing_every < 1:
+            raise ValueError(f"grad_checkpointing_every={grad_checkpointing_every}: recompute every k-th block, k >= 1")
+        if grad_checkpointing_part not in CHECKPOINT_PARTS:
+            raise ValueError(f"grad_checkpointing_part={grad_checkpointing_part!r}: choose one of {list(CHECKPOINT_PARTS)}")
         self.num_classes = num_classes
         self.img_size = img_size
         self.num_frames = num_frames
@@ -235,7 +267,10 @@ class TimeSformer(nn.Module):
             else f"temporal={self.temporal_attention},spatial={self.spatial_attention}"
         )
         self.embed_interpolation = embed_interpolation
+        # Plain attributes, read at every forward: a benchmark or a notebook may switch them.
         self.grad_checkpointing = grad_checkpointing
+        self.grad_checkpointing_every = grad_checkpointing_every
+        self.grad_checkpointing_part = grad_checkpointing_part
         self.grid = (img_size // patch_size, img_size // patch_size)
 
         self.patch_embed = PatchEmbed(patch_size, in_chans, embed_dim)
@@ -302,11 +337,12 @@ class TimeSformer(nn.Module):
         """Pre-head embedding: the final-norm cls token, (B, D)."""
         t = video.shape[2]
         x = self.embed(video)
-        for block in self.blocks:
-            if self.grad_checkpointing and torch.is_grad_enabled():
+        for i, block in enumerate(self.blocks):
+            recompute = self.grad_checkpointing and i % self.grad_checkpointing_every == 0 and torch.is_grad_enabled()
+            if recompute and self.grad_checkpointing_part == "block":
                 x = checkpoint(block, x, t, use_reentrant=False)
             else:
-                x = block(x, t)
+                x = block(x, t, recompute_attention=recompute)
         return self.norm(x)[:, 0]
 
     def forward_intermediates(self, video: Tensor, indices: list[int]) -> list[Tensor]:
@@ -359,7 +395,15 @@ class TimeSformerSpec:
         head_dropout: dropout before the classification head (0.5 in the fine-tuning recipe).
         embed_interpolation: how pos/time embeddings follow another input geometry (null: nearest).
         norm_eps: LayerNorm epsilon (null: 1e-6).
-        grad_checkpointing: recompute each block in backward to save activation memory.
+        grad_checkpointing: activation checkpointing in training: keep less for backward and
+            recompute it there, for less memory and more time (at 32 frames, TimeSformer-B:
+            ``benchmarks/README.md``, "Long clips and memory"). Which blocks and which part:
+            the next two options.
+        grad_checkpointing_every: with ``grad_checkpointing``, recompute every k-th block only
+            (blocks 0, k, 2k, ...; 1: every block): between the two in memory and time.
+        grad_checkpointing_part: with ``grad_checkpointing``, what is recomputed: ``block``
+            (the whole block; only its input is kept) or ``attention`` (the two attention
+            sublayers and their norms; the MLP keeps its activations: less time, less saving).
         compile: ``torch.compile`` the network in place (parameter names unchanged).
     """
 
@@ -382,6 +426,8 @@ class TimeSformerSpec:
     embed_interpolation: str | None = None
     norm_eps: float | None = None
     grad_checkpointing: bool = False
+    grad_checkpointing_every: int = 1
+    grad_checkpointing_part: CheckpointPart = "block"
     compile: bool = False
 
     @classmethod

@@ -16,7 +16,6 @@ Every kind keeps the official ViT/TimeSformer parameter names (``qkv`` with rows
 from __future__ import annotations
 
 import torch
-from einops import rearrange
 from torch import Tensor, nn
 
 __all__ = ["Attention", "MultiHead", "split_heads", "merge_heads"]
@@ -30,14 +29,18 @@ def split_heads(x: Tensor, heads: list[int], head_dim: int) -> list[Tensor]:
     memory order) directly in the (B, L, N * d) layout of the projection's output: no
     permuting copy of the whole gradient. ``split`` rather than slicing: the backward of a
     slice zero-fills a full-size buffer per slice.
+
+    Plain tensor methods rather than einops here and in :func:`merge_heads`: they run several
+    times per block, and ``torch.compile`` traces einops' pattern parsing anew at every call
+    (about 0.1 s each on a 2-core CPU, most of a tiny model's compile time).
     """
     pieces = x.unflatten(-1, (sum(heads), head_dim)).split(heads, dim=2)
-    return [rearrange(t, "b l n d -> b n l d") for t in pieces]
+    return [t.transpose(1, 2) for t in pieces]  # b l n d -> b n l d
 
 
 def merge_heads(x: Tensor) -> Tensor:
     """(B, H, L, d) -> (B, L, H * d); a view when ``x`` is in (B, L, H, d) memory order."""
-    return rearrange(x, "b h l d -> b l (h d)")
+    return x.transpose(1, 2).flatten(2)  # b h l d -> b l (h d)
 
 
 class MultiHead(nn.Module):

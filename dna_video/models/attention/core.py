@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange
 from torch import Tensor
 
 __all__ = ["dna_attention", "dna_attention_maps"]
@@ -39,8 +38,9 @@ def dna_attention(
     """The DnA output per head, (B, H, L, d). ``alpha``: (H,) per-head weights of the negative
     branch; ``v_neg is v_pos`` (the shared-value ablation) multiplies V once."""
     # In the compute dtype: under autocast a float32 alpha would promote the negative branch,
-    # and everything after it, to float32.
-    alpha = rearrange(alpha, "h -> h 1 1").to(q_pos.dtype)
+    # and everything after it, to float32. Indexing, not einops: alpha is often a Parameter,
+    # and einops' first call on a new tensor type makes torch.compile compile again.
+    alpha = alpha[:, None, None].to(q_pos.dtype)  # h -> h 1 1
     neg_query = -q_neg
     if explicit:
         # (B, H, 2L, S) maps in one matmul; alpha on the map rather than the output: the
@@ -73,6 +73,6 @@ def dna_attention_maps(
     (B, H, L, S) with rows summing to 1."""
     positive = torch.softmax((q_pos @ k.transpose(-2, -1)) * scale, dim=-1)
     negative = F.softmin((q_neg @ k.transpose(-2, -1)) * scale, dim=-1)
-    alpha = rearrange(alpha, "h -> 1 h 1 1")
+    alpha = alpha[None, :, None, None]  # h -> 1 h 1 1
     out = F.dropout(positive, dropout_p) @ v_pos + alpha * (F.dropout(negative, dropout_p) @ v_neg)
     return out, positive, negative
