@@ -7,6 +7,14 @@ import pytest
 # Lightning's CLI prints jsonargparse deprecation warnings otherwise.
 os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One thread per pytest-xdist worker (and per process a test starts): with a worker per
+    # core, more threads only wait for each other (OpenMP spin-waits on a busy core).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+
 
 @pytest.fixture(scope="session")
 def synthetic_root(tmp_path_factory):
