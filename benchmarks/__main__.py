@@ -5,6 +5,7 @@
     python -m benchmarks --sections variants  # every registered attention kind beside softmax
     python -m benchmarks --sections timeline  # a long video: throughput, memory flat in its length
     python -m benchmarks --sections decoders  # decord, PyAV and torchcodec on long videos
+    python -m benchmarks --sections onnx      # an exported model on ONNX Runtime against PyTorch eager
     python -m benchmarks --quick              # fewer rounds and clips, a smoke run
     python -m benchmarks --compile            # also torch.compile (its first step compiles)
     python -m benchmarks --sections memory    # opt-in: long clips, grad checkpointing (20-40 min)
@@ -28,10 +29,10 @@ os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
 import torch
 
-from . import attention, compiled, data, decoders, memory, model, timeline, variants
+from . import attention, compiled, data, decoders, memory, model, onnx_runtime, timeline, variants
 from .harness import machine_description, markdown_table
 
-SECTIONS = ("attention", "model", "variants", "data", "decoders", "timeline")
+SECTIONS = ("attention", "model", "variants", "data", "decoders", "timeline", "onnx")
 # Run only when named: each takes many minutes (real TimeSformer-B steps up to 12 blocks and 32
 # frames; inductor's compilation).
 OPT_IN = ("memory", "compile")
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> str:
             rows += timeline.run(args.cache, rounds=args.rounds, quick=args.quick)
         elif section == "decoders":
             rows += decoders.run(args.cache, rounds=2 if args.quick else max(3, args.rounds // 2), quick=args.quick)
+        elif section == "onnx":
+            rows += onnx_runtime.run(rounds=args.rounds, quick=args.quick)
         elif section == "memory":
             # Steps of seconds to a minute: 3 rounds (1 in a --quick smoke run).
             rows += memory.run(rounds=min(3, args.rounds), quick=args.quick, notes=notes)

@@ -3,8 +3,9 @@
 The package by role: :mod:`.models` (attention kinds and their registry, TimeSformer, ViT,
 probe network), :mod:`.data` (datasets, DataModules, decoding, generators),
 :mod:`.checkpoints` (import, conversion, export), :mod:`.tasks` (the LightningModules),
-:mod:`.analysis` (maps, subspaces, reports, denoising measures), :mod:`.training` (the command
-line, callbacks, run folders) and :mod:`.tools` (predict, analyze, prepare, checkpoints).
+:mod:`.analysis` (maps, subspaces, reports, denoising measures, timelines), :mod:`.runtime` (an
+exported model on ONNX Runtime, without torch), :mod:`.training` (the command line, callbacks,
+run folders) and :mod:`.tools` (predict, analyze, prepare, checkpoints, export).
 
 ``import dna_video`` imports no torch: the names below load their module on first use
 (PEP 562), so the package's pure parts work where torch is not installed.

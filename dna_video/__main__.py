@@ -4,6 +4,7 @@ dna_video`` are this program.
     dna-video fit --config quickstart            # train any task; the config's model.class_path picks it
     dna-video {validate,test,predict} --config X # LightningCLI's other subcommands
     dna-video predict CKPT VIDEO...              # classify files with a trained checkpoint
+    dna-video predict MODEL.onnx VIDEO...        # the same with an exported model, without PyTorch
     dna-video analyze {maps,subspaces} ...       # attention maps, subspace angles
     dna-video prepare ...                        # scan, validate, transcode a dataset copy
     dna-video checkpoints {inspect,export-hf,export-ref,card} ...
@@ -28,6 +29,8 @@ TOOLS = {
     "predict": "dna_video.tools.predict",
     "export": "dna_video.tools.export",
 }
+# ``predict MODEL.onnx ...``: ONNX Runtime and numpy, no torch.
+ONNX_PREDICT = "dna_video.tools.predict_onnx"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -42,7 +45,9 @@ def main(argv: list[str] | None = None) -> None:
     if command in TOOLS and not (command == "predict" and (len(args) < 2 or args[1].startswith("-"))):
         import importlib
 
-        sys.exit(importlib.import_module(TOOLS[command]).main(args[1:]))
+        # An exported .onnx model runs on ONNX Runtime: its module imports no torch.
+        tool = ONNX_PREDICT if command == "predict" and args[1].endswith(".onnx") else TOOLS[command]
+        sys.exit(importlib.import_module(tool).main(args[1:]))
     if command in ("-h", "--help"):
         print(__doc__.split("\n\n")[1].strip("\n") + "\n")
     from dna_video.training.cli import console_main

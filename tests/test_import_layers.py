@@ -24,6 +24,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("checkpoints", ["dna_video.checkpoints"]),
     # Tasks and analysis are one layer: either may import the other.
     ("tasks and analysis", ["dna_video.tasks", "dna_video.analysis"]),
+    # An exported model without torch (ONNX Runtime): over data and analysis's numpy parts.
+    ("runtime", ["dna_video.runtime"]),
     ("command line", ["dna_video.training"]),
     ("tools", ["dna_video.tools", "dna_video.__main__"]),
 ]

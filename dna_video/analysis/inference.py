@@ -17,7 +17,6 @@ Every setting can be overridden.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import logging
 from dataclasses import dataclass
@@ -33,9 +32,10 @@ from dna_video.checkpoints import CheckpointError, timesformer_from_checkpoint
 from dna_video.checkpoints.layouts import infer_geometry
 from dna_video.checkpoints.upgrade import upgrade_checkpoint
 from dna_video.data.datamodule import VideoDataModule
-from dna_video.data.sampling import FrameSampler, short_videos_note
+from dna_video.data.eval_settings import EvalSettings
+from dna_video.data.sampling import short_videos_note
 from dna_video.data.transforms import EvalClipTransform
-from dna_video.data.video import frame_size, read_frames
+from dna_video.data.video import VideoTooSmallError, check_frame_size, frame_size, read_frames
 from dna_video.models.timesformer import TimeSformer
 
 log = logging.getLogger(__name__)
@@ -44,40 +44,6 @@ __all__ = [
     "EvalSettings", "LoadedModel", "load_model", "VideoTooSmallError", "VideoViews", "load_views", "read_views",
     "view_logits", "device_of",
 ]
-
-
-@dataclass(frozen=True)
-class EvalSettings:
-    """How an evaluation clip is made from a file: the DataModule's test settings."""
-
-    num_frames: int = 8
-    sampling_rate: int = 32
-    target_fps: float | None = 30.0
-    sampling: str = "clip"
-    short_video: str = "clamp"
-    crop_size: int = 224
-    mean: tuple[float, ...] = (0.45, 0.45, 0.45)
-    std: tuple[float, ...] = (0.225, 0.225, 0.225)
-    num_clips: int = 1
-    num_crops: int = 3
-    decoder: str = "decord"  # decord, pyav or torchcodec (dna_video.data.decoders)
-
-    @property
-    def sampler(self) -> FrameSampler:
-        return FrameSampler(self.num_frames, self.sampling_rate, self.target_fps, self.sampling, self.short_video)
-
-    def replace(self, **overrides: Any) -> "EvalSettings":
-        """A copy with the given fields changed; ``None`` values leave a field as it is."""
-        return dataclasses.replace(self, **{k: v for k, v in overrides.items() if v is not None})
-
-
-def _settings_from(data: dict[str, Any]) -> EvalSettings:
-    known = {f.name for f in dataclasses.fields(EvalSettings)}
-    values = {k: v for k, v in data.items() if k in known}
-    for key in ("mean", "std"):
-        if key in values:
-            values[key] = tuple(float(x) for x in values[key])
-    return EvalSettings(**values)
 
 
 def _settings_from_config(config: Path) -> EvalSettings | None:
@@ -97,7 +63,8 @@ def _settings_from_arguments(args: dict[str, Any]) -> EvalSettings:
         if p.default is not inspect.Parameter.empty
     }
     merged = {**defaults, **args}
-    return _settings_from({**merged, "num_clips": merged["test_num_clips"], "num_crops": merged["test_num_crops"]})
+    return EvalSettings.from_fields({**merged, "num_clips": merged["test_num_clips"],
+                                     "num_crops": merged["test_num_crops"]})
 
 
 @dataclass
@@ -202,16 +169,6 @@ def load_model(path: str | Path, num_heads: int | None = None, warn_defaults: bo
     return LoadedModel(net, list(names), settings.replace(**overrides), aggregate, str(path), settings_from)
 
 
-class VideoTooSmallError(ValueError):
-    """A video far below the model's geometry: a side shorter than ``min_side`` (the network's
-    patch size: not one patch of real pixels). The message names the file; ``reason`` says
-    its size and the minimum."""
-
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path, self.reason = path, reason
-
-
 @dataclass
 class VideoViews:
     """The evaluation views of one video and its length against the clip's."""
@@ -226,14 +183,6 @@ class VideoViews:
         return self.num_frames < self.frames_needed
 
 
-def _check_size(path: str, height: int, width: int, min_side: int) -> None:
-    if 0 < min(height, width) < min_side:
-        raise VideoTooSmallError(
-            path, f"{width}x{height} pixels, smaller than the model's {min_side}-pixel patches "
-                  f"(at least {min_side} pixels a side needed)"
-        )
-
-
 def load_views(path: str, settings: EvalSettings, min_side: int = 0) -> VideoViews:
     """Every evaluation view of one video file, clip-major like the test loader's
     (:class:`~dna_video.data.dataset.VideoClipDataset`), with its frame count.
@@ -246,11 +195,11 @@ def load_views(path: str, settings: EvalSettings, min_side: int = 0) -> VideoVie
         VideoTooSmallError: a side below ``min_side``.
     """
     if min_side > 1:
-        _check_size(path, *frame_size(path), min_side)
+        check_frame_size(path, *frame_size(path), min_side)
     sampler = settings.sampler
     decoded = read_frames(path, lambda n, fps: sampler.view_indices(n, fps, settings.num_clips), settings.decoder)
     if min_side > 1:
-        _check_size(path, *decoded.frames.shape[1:3], min_side)
+        check_frame_size(path, *decoded.frames.shape[1:3], min_side)
     clips = rearrange(torch.from_numpy(decoded.frames), "(k t) h w c -> k t c h w", k=settings.num_clips)
     transform = EvalClipTransform(settings.crop_size, settings.num_crops, settings.mean, settings.std)
     views = rearrange(torch.stack([transform(clip) for clip in clips]), "k s c t h w -> (k s) c t h w")

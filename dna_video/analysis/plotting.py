@@ -28,8 +28,6 @@ from typing import Any, NamedTuple
 
 import matplotlib
 import numpy as np
-import torch
-import torch.nn.functional as F
 from matplotlib.axis import Axis
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
@@ -156,11 +154,14 @@ def confusion_png(counts: Sequence[Sequence[int]] | np.ndarray, class_names: Seq
 # -- attention over the frames -------------------------------------------------------------------
 
 
-def overlay(frame: np.ndarray, attention: np.ndarray | torch.Tensor, strength: float = 0.55,
+def overlay(frame: np.ndarray, attention: np.ndarray, strength: float = 0.55,
             cmap: str = "jet", vmin: float | None = None, vmax: float | None = None) -> np.ndarray:
     """``frame`` (H, W, 3) uint8 with the patch-grid map ``attention`` (h, w) upsampled
     (bilinear) to the frame, scaled to [0, 1] from [vmin, vmax] (default: the map's own min
-    and max), coloured and blended."""
+    and max), coloured and blended. ``attention``: a numpy array or a tensor."""
+    import torch  # here, not at the top: the timeline figure of the ONNX runtime draws without torch
+    import torch.nn.functional as F
+
     att = torch.as_tensor(np.asarray(attention), dtype=torch.float32)[None, None]
     att = F.interpolate(att, size=frame.shape[:2], mode="bilinear", align_corners=False)[0, 0].numpy()
     low = float(att.min()) if vmin is None else vmin

@@ -7,9 +7,10 @@
   ``torch.export.load``.
 
 What a runtime needs (:func:`runtime_metadata`: class names, frames, sampling rate, crop size,
-mean and std, views, aggregation) rides in the file: one ONNX metadata property per key, each
-value JSON text; in the ``.pt2`` archive the extra file ``dna_video.json`` (the same keys, one
-JSON object). :func:`read_metadata` reads either back.
+mean and std, views, aggregation, decoder, patch size) rides in the file: one ONNX metadata
+property per key, each value JSON text; in the ``.pt2`` archive the extra file
+``dna_video.json`` (the same keys, one JSON object). :func:`read_metadata` reads either back;
+:mod:`dna_video.runtime` runs an ``.onnx`` file on videos without torch.
 
 Both trace the model once with an example batch of 2 (the exporter fixes a dimension it sees
 as 1) under ``torch.no_grad`` (the inference path of every attention kind). A failed export
@@ -55,7 +56,7 @@ PT2_METADATA_FILE = "dna_video.json"
 EXAMPLE_BATCH = 2
 # The evaluation settings a runtime needs (the rest of EvalSettings rides along when given).
 _REQUIRED_SETTINGS = ("num_frames", "sampling_rate", "crop_size", "mean", "std")
-_SETTINGS = _REQUIRED_SETTINGS + ("target_fps", "sampling", "short_video", "num_clips", "num_crops")
+_SETTINGS = _REQUIRED_SETTINGS + ("target_fps", "sampling", "short_video", "num_clips", "num_crops", "decoder")
 
 
 class ExportError(RuntimeError):
@@ -79,7 +80,7 @@ def runtime_metadata(
     """What a runtime needs to turn a video file into class probabilities with the exported model.
 
     ``settings``: the evaluation clip settings by field name (``dataclasses.asdict`` of
-    :class:`dna_video.analysis.inference.EvalSettings`; ``num_frames``, ``sampling_rate``,
+    :class:`dna_video.data.eval_settings.EvalSettings`; ``num_frames``, ``sampling_rate``,
     ``crop_size``, ``mean`` and ``std`` required). ``class_names`` in label order
     (``class_0``... when None); ``aggregate``: how views combine (``logits``: softmax of the mean
     logits, ``probs``: mean of the view probabilities); ``source``: the checkpoint's file name.
@@ -104,6 +105,7 @@ def runtime_metadata(
         **values,
         "aggregate": aggregate,
         "attention": net.attention,
+        "patch_size": net.patch_size,  # a runtime refuses a video with a side below it, as predict does
         "source": source,
     }
 

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "VideoDecodeError",
+    "VideoTooSmallError",
+    "check_frame_size",
     "VideoFrames",
     "read_frames",
     "probe_video",
@@ -58,6 +60,30 @@ class VideoDecodeError(RuntimeError):
         super().__init__(message)
         self.path = path
         self.reason = message if reason is None else reason
+
+
+class VideoTooSmallError(ValueError):
+    """A video far below the model's geometry: a side shorter than ``min_side`` (the network's
+    patch size: not one patch of real pixels). The message names the file; ``reason`` says
+    its size and the minimum."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+def check_frame_size(path: str, height: int, width: int, min_side: int) -> None:
+    """Refuse frames of ``height`` x ``width`` with a side below ``min_side`` (0: a size the
+    header does not state passes).
+
+    Raises:
+        VideoTooSmallError: naming the size and the minimum.
+    """
+    if 0 < min(height, width) < min_side:
+        raise VideoTooSmallError(
+            path, f"{width}x{height} pixels, smaller than the model's {min_side}-pixel patches "
+                  f"(at least {min_side} pixels a side needed)"
+        )
 
 
 def _error(path: str, reason: str) -> VideoDecodeError:

@@ -8,11 +8,12 @@ One row per video, columns :data:`PREDICTION_COLUMNS`:
   as ``index:probability`` pairs, most probable first.
 
 Probabilities are those of the mean of a video's views (:func:`dna_video.tasks.views.mean_view_probs`).
+The rows are :func:`dna_video.analysis.predictions.csv_rows` (``dna-video predict --out`` writes the
+same, with PyTorch or ONNX Runtime).
 """
 
 from __future__ import annotations
 
-import csv
 import logging
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -22,41 +23,19 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from dna_video.common.atomic import atomic_path
+from dna_video.analysis.predictions import PREDICTION_COLUMNS, csv_rows, write_csv
 
 log = logging.getLogger(__name__)
 
 __all__ = ["PREDICTION_COLUMNS", "PredictionWriter", "prediction_rows", "write_predictions_csv"]
 
-PREDICTION_COLUMNS = ("path", "label", "pred", "pred_name", "prob", "top_k")
-
 
 def prediction_rows(out: dict[str, Any], class_names: Sequence[str] | None = None, top_k: int = 5) -> list[list]:
     """CSV rows (:data:`PREDICTION_COLUMNS`) of one ``predict_step`` output: a dict of
     ``path``, ``label``, ``probs`` (B, K) and ``pred``."""
-    probs = out["probs"].float().cpu()
-    top = torch.topk(probs, min(top_k, probs.shape[1]), dim=1)
     labels = out.get("label")
-    rows = []
-    for i, video in enumerate(out["path"]):
-        pred = int(out["pred"][i])
-        ranked = " ".join(f"{int(c)}:{float(p):.4f}" for p, c in zip(top.values[i], top.indices[i]))
-        rows.append([
-            video,
-            int(labels[i]) if labels is not None else "",
-            pred,
-            class_names[pred] if class_names else "",
-            f"{float(probs[i, pred]):.6f}",
-            ranked,
-        ])
-    return rows
-
-
-def _write_rows(path: str | Path, rows: Iterable[list]) -> None:
-    with atomic_path(path) as partial, open(partial, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(PREDICTION_COLUMNS)
-        writer.writerows(rows)
+    return csv_rows(out["path"], out["probs"].float().cpu().numpy(), None if labels is None else [int(x) for x in labels],
+                    [int(p) for p in out["pred"]], class_names, top_k)
 
 
 def write_predictions_csv(
@@ -65,7 +44,7 @@ def write_predictions_csv(
     """Write the per-video outputs of ``predict_step`` (None entries skipped) as CSV rows;
     returns the row count."""
     rows = [row for out in outputs if out is not None for row in prediction_rows(out, class_names, top_k)]
-    _write_rows(path, rows)
+    write_csv(path, rows)
     return len(rows)
 
 
@@ -114,5 +93,5 @@ class PredictionWriter(BasePredictionWriter):
             return
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / self.filename
-        _write_rows(path, rows)
+        write_csv(path, rows)
         log.info("wrote %d predictions to %s", len(rows), path)

@@ -1,0 +1,49 @@
+"""How an evaluation clip is made from a file: the DataModule's test settings, as one value
+(:class:`EvalSettings`) that a checkpoint carries and an exported model's metadata states.
+No torch: the ONNX runtime (:mod:`dna_video.runtime`) reads the same settings."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from dna_video.data.sampling import FrameSampler
+
+__all__ = ["EvalSettings"]
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How an evaluation clip is made from a file: the DataModule's test settings."""
+
+    num_frames: int = 8
+    sampling_rate: int = 32
+    target_fps: float | None = 30.0
+    sampling: str = "clip"
+    short_video: str = "clamp"
+    crop_size: int = 224
+    mean: tuple[float, ...] = (0.45, 0.45, 0.45)
+    std: tuple[float, ...] = (0.225, 0.225, 0.225)
+    num_clips: int = 1
+    num_crops: int = 3
+    decoder: str = "decord"  # decord, pyav or torchcodec (dna_video.data.decoders)
+
+    @property
+    def sampler(self) -> FrameSampler:
+        return FrameSampler(self.num_frames, self.sampling_rate, self.target_fps, self.sampling, self.short_video)
+
+    @classmethod
+    def from_fields(cls, data: dict[str, Any]) -> "EvalSettings":
+        """The settings of the fields ``data`` names (other keys ignored; the rest default)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        for key in ("mean", "std"):
+            if key in values:
+                values[key] = tuple(float(x) for x in values[key])
+        return cls(**values)
+
+    def replace(self, **overrides: Any) -> "EvalSettings":
+        """A copy with the given fields changed; ``None`` values leave a field as it is."""
+        return dataclasses.replace(self, **{k: v for k, v in overrides.items() if v is not None})
+

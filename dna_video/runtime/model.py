@@ -1,0 +1,166 @@
+"""An exported ``.onnx`` model in ONNX Runtime, with what its file says about the data.
+
+``dna-video export onnx`` writes the evaluation settings, class names and view aggregation
+into the file's metadata properties (:func:`dna_video.checkpoints.deploy.runtime_metadata`);
+:class:`OnnxModel` reads them back as :class:`~dna_video.data.eval_settings.EvalSettings`, so
+that a video is sampled, cropped and normalised as the checkpoint's evaluation did it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dna_video.data.eval_settings import EvalSettings
+
+__all__ = ["OnnxModel", "OnnxModelError", "load_onnx_model", "providers_for", "mean_view_probs", "softmax"]
+
+# Keys without which a file is not one of ours (dna-video export writes them all).
+_REQUIRED = ("class_names", "num_frames", "sampling_rate", "crop_size", "mean", "std")
+
+
+class OnnxModelError(ValueError):
+    """An ``.onnx`` file that cannot be run here: missing, unreadable, not exported by
+    ``dna-video export onnx`` (no data settings inside), or asked for a provider ONNX Runtime
+    lacks. The message says which and what to do."""
+
+
+def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Softmax along ``axis``, in float32, the maximum subtracted first."""
+    shifted = np.asarray(logits, np.float32) - np.max(logits, axis=axis, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=axis, keepdims=True)
+
+
+def mean_view_probs(logits: np.ndarray, on: str = "logits") -> np.ndarray:
+    """(B, V, K) view logits -> (B, K) probabilities of each video's views combined, as
+    :func:`dna_video.tasks.views.mean_view_probs`: the softmax of the mean logits (``logits``)
+    or the mean of the views' softmax (``probs``)."""
+    logits = np.asarray(logits, np.float32)
+    if on == "logits":
+        return softmax(logits.mean(axis=1))
+    if on == "probs":
+        return softmax(logits).mean(axis=1)
+    raise ValueError(f"unknown aggregation input {on!r}: use logits or probs")
+
+
+def providers_for(device: str | None, available: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
+    """ONNX Runtime providers (and the CUDA one's options) for ``--device``: None: CUDA when
+    this ONNX Runtime has it, else the CPU; ``cpu``; ``cuda`` or ``cuda:N``.
+
+    Raises:
+        OnnxModelError: CUDA asked of an ONNX Runtime without it, or another device.
+    """
+    if device is None:
+        return (["CUDAExecutionProvider", "CPUExecutionProvider"] if "CUDAExecutionProvider" in available
+                else ["CPUExecutionProvider"]), {}
+    if device == "cpu":
+        return ["CPUExecutionProvider"], {}
+    kind, _, number = device.partition(":")
+    if kind != "cuda" or (number and not number.isdigit()):
+        raise OnnxModelError(f"--device {device}: an .onnx model runs on cpu, cuda or cuda:N")
+    if "CUDAExecutionProvider" not in available:
+        raise OnnxModelError(f"--device {device}: this ONNX Runtime has no CUDA provider (it has "
+                             f"{', '.join(available)}): pip install onnxruntime-gpu, or leave --device out")
+    return ["CUDAExecutionProvider", "CPUExecutionProvider"], {"device_id": int(number or 0)}
+
+
+@dataclass
+class OnnxModel:
+    """An ``.onnx`` model of ``dna-video export onnx`` and what its file says.
+
+    Attributes:
+        session: the ONNX Runtime ``InferenceSession``.
+        class_names: names in label order.
+        settings: how a video becomes the model's views (the checkpoint's evaluation settings,
+            with any overrides).
+        aggregate: how the views of a video combine (``logits`` or ``probs``).
+        patch_size: the network's patch size: a video with a side below it is refused (0 for a
+            file exported before it was recorded).
+        source: the ``.onnx`` path.
+        metadata: every metadata property, decoded from JSON.
+    """
+
+    session: Any
+    class_names: list[str]
+    settings: EvalSettings
+    aggregate: str = "logits"
+    patch_size: int = 0
+    source: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def input_name(self) -> str:
+        return self.metadata.get("input") or self.session.get_inputs()[0].name
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def logits(self, views: np.ndarray, chunk: int = 32) -> np.ndarray:
+        """(V, 3, T, crop, crop) float32 views -> (V, K) logits, ``chunk`` views a call."""
+        views = np.ascontiguousarray(views, np.float32)
+        if len(views) == 0:
+            return np.empty((0, self.num_classes), np.float32)
+        parts = [self.session.run(None, {self.input_name: views[i:i + chunk]})[0] for i in range(0, len(views), chunk)]
+        return np.concatenate(parts).astype(np.float32, copy=False)
+
+    def probs(self, views: np.ndarray, chunk: int = 32) -> np.ndarray:
+        """(B, V, 3, T, crop, crop) views of B videos -> (B, K) probabilities, each video's
+        views combined as the model was evaluated (:func:`mean_view_probs`)."""
+        views = np.asarray(views)
+        logits = self.logits(views.reshape(-1, *views.shape[2:]), chunk)
+        return mean_view_probs(logits.reshape(views.shape[0], views.shape[1], -1), self.aggregate)
+
+
+def load_onnx_model(path: str | Path, device: str | None = None, threads: int | None = None,
+                    **overrides: Any) -> OnnxModel:
+    """The model at ``path`` in an ONNX Runtime session, on ``device`` (:func:`providers_for`)
+    with ``threads`` intra-op threads (None: ONNX Runtime's default, one per physical core).
+
+    ``overrides``: :class:`EvalSettings` fields to change (None: keep); frames and crop are
+    fixed at export and cannot change.
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        OnnxModelError: see the class; ImportError: ONNX Runtime is not installed.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"model not found: {path}")
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        raise ImportError("running an .onnx model needs ONNX Runtime: pip install 'dna-video[deploy]'") from exc
+    providers, cuda_options = providers_for(device, ort.get_available_providers())
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    provider_options = [cuda_options if p == "CUDAExecutionProvider" else {} for p in providers]
+    try:
+        session = ort.InferenceSession(str(path), options, providers=providers, provider_options=provider_options)
+    except Exception as exc:  # noqa: BLE001 - ONNX Runtime raises its own kinds (Fail, InvalidGraph...)
+        raise OnnxModelError(f"{path}: ONNX Runtime cannot load it: {str(exc).strip().splitlines()[0]}") from exc
+    raw = session.get_modelmeta().custom_metadata_map
+    try:
+        metadata = {key: json.loads(value) for key, value in raw.items()}
+    except json.JSONDecodeError as exc:
+        raise OnnxModelError(f"{path}: its metadata is not what dna-video export writes ({exc})") from exc
+    missing = [key for key in _REQUIRED if key not in metadata]
+    if missing:
+        raise OnnxModelError(f"{path}: no {', '.join(missing)} in its metadata: export the checkpoint with "
+                             "'dna-video export onnx CKPT OUT.onnx' (it writes the data settings into the file)")
+    fixed = {"num_frames": metadata["num_frames"], "crop_size": metadata["crop_size"]}
+    changed = {k: v for k, v in fixed.items() if overrides.get(k) not in (None, v)}
+    if changed:
+        asked = ", ".join(f"--{k.replace('_', '-')} {overrides[k]}" for k in changed)
+        raise OnnxModelError(f"{asked}: {path.name} was exported for {fixed['num_frames']} frames of "
+                             f"{fixed['crop_size']} x {fixed['crop_size']}; export again with these options instead")
+    settings = EvalSettings.from_fields(metadata).replace(**overrides)
+    return OnnxModel(session, [str(n) for n in metadata["class_names"]], settings,
+                     metadata.get("aggregate", "logits"), int(metadata.get("patch_size") or 0), str(path), metadata)
