@@ -9,7 +9,9 @@ network.
 * Rows per model: clips/s at the geometry's batch (8 tiny clips, 1 TimeSformer-B clip: the
   views of one video go through as one batch), and the latency of one clip (batch 1, ms).
 * ONNX Runtime gets as many intra-op threads as torch has (``--threads``, else torch's
-  default), its default graph optimisations; both run interleaved round by round.
+  default), idle threads sleeping as torch's do under ``OMP_WAIT_POLICY=PASSIVE``
+  (:func:`dna_video.runtime.model.session_options`, what ``predict`` uses) and its default graph
+  optimisations; both run interleaved round by round.
 """
 
 from __future__ import annotations
@@ -44,12 +46,12 @@ def _session(net: torch.nn.Module, g: Geometry, folder: Path):
     import onnxruntime as ort
 
     from dna_video.checkpoints.deploy import export_onnx, runtime_metadata
+    from dna_video.runtime.model import session_options
 
     settings = {"num_frames": g.num_frames, "sampling_rate": 8, "crop_size": g.img_size,
                 "mean": (0.45,) * 3, "std": (0.225,) * 3}
     path = export_onnx(net, folder / "model.onnx", runtime_metadata(net, settings))
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = torch.get_num_threads()
+    options = session_options(torch.get_num_threads())  # as predict MODEL.onnx makes it
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
