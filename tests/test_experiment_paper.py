@@ -21,8 +21,8 @@ TINY = ["--", "--model.network.arch", "tiny", "--model.network.embed_dim", "32",
 
 
 def _in_process(command, cwd=None):
-    """The runner's ``python cli.py fit ...`` in this process: the Toyota case runs the real
-    processes, the NTU case the same commands without the start-up cost of 4 interpreters."""
+    """The runner's ``python cli.py fit ...`` in this process, without the start-up cost of 4
+    interpreters (the denoising runner's test runs its commands as real processes)."""
     from dna_video.training.cli import main
 
     assert Path(command[1]).name == "cli.py" and command[2] == "fit"
@@ -36,8 +36,7 @@ def _in_process(command, cwd=None):
 def test_paper_runner_fits_tests_and_tabulates_both_attentions(dataset, protocol, tree, request, tmp_path, capsys,
                                                                monkeypatch):
     root, _ = request.getfixturevalue(tree)
-    if dataset == "ntu60":
-        monkeypatch.setattr(paper, "subprocess", SimpleNamespace(run=_in_process))
+    monkeypatch.setattr(paper, "subprocess", SimpleNamespace(run=_in_process))
     argv = ["--dataset", dataset, "--protocol", protocol, "--root", str(root), "--seeds", "2",
             "--out", str(tmp_path), *TINY]
     assert paper.main(argv) == 0
