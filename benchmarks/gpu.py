@@ -37,10 +37,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .harness import Row, markdown_table
+from .model import train_step  # autocast on the video's device
 
 __all__ = ["run", "main", "BASE_B8", "CURVE_FRAMES"]
 
@@ -129,21 +129,6 @@ class Clock:
         self.sync()
         peak = torch.cuda.max_memory_allocated(self.device)
         return (peak - before) / 2**20, peak / 2**20
-
-
-def train_step(model: nn.Module, video: torch.Tensor, target: torch.Tensor, bf16: bool) -> Callable[[], None]:
-    """One training step as ``benchmarks.model.train_step``, autocast on the model's device."""
-    model.train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
-
-    def step() -> None:
-        with torch.autocast(video.device.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = F.cross_entropy(model(video), target)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
 
 
 def inference(model: nn.Module, video: torch.Tensor) -> Callable[[], None]:

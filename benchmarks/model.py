@@ -114,7 +114,7 @@ def train_step(
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
 
     def step() -> None:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(video.device.type, dtype=torch.bfloat16, enabled=bf16):
             loss = F.cross_entropy(model(video), target)
         loss.backward()
         optimizer.step()

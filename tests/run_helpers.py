@@ -20,6 +20,21 @@ class SignalAt(Callback):
             os.kill(os.getpid(), getattr(signal, self.signal_name))
 
 
+def short_run_args(root, log_dir, *extra):
+    """:func:`tiny_run_args` of experiment ``exp`` with 1 validation crop and batch, no warm-up,
+    no sanity check and no test after fit."""
+    return tiny_run_args(
+        root, log_dir,
+        "--data.init_args.val_num_crops=1",
+        "--model.schedule.warmup_steps=0",
+        "--trainer.logger.init_args.name=exp",
+        "--trainer.num_sanity_val_steps=0",
+        "--trainer.limit_val_batches=1",
+        "--test_after_fit=false",
+        *extra,
+    )
+
+
 def tiny_run_args(root, log_dir, *extra):
     """Options of a quickstart run small enough for a test: 1 video per (subject, class), a
     1-block 16-wide model, 1 test view, a CSV logger under ``log_dir``."""

@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from dna_video.training.callbacks.guard import NonFiniteError, NonFiniteGuard
-from run_helpers import tiny_run_args
+from run_helpers import short_run_args
 from dna_video.training.runs import AtomicCheckpointIO, Experiment, RestoreError, compare_hparams, find_latest_run, record_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -214,17 +214,7 @@ def cli_process(*args):
                             stderr=subprocess.PIPE, text=True)
 
 
-def tiny_args(root, log_dir, *extra):
-    return tiny_run_args(
-        root, log_dir,
-        "--data.init_args.val_num_crops=1",
-        "--model.schedule.warmup_steps=0",
-        "--trainer.logger.init_args.name=exp",
-        "--trainer.num_sanity_val_steps=0",
-        "--trainer.limit_val_batches=1",
-        "--test_after_fit=false",
-        *extra,
-    )
+tiny_args = short_run_args
 
 
 def finite_checkpoint(path):

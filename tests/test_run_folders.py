@@ -16,25 +16,14 @@ import torch
 
 from dna_video.training.cli import main
 from dna_video.training.runs import RestoreError, claim_run_folder, run_files
-from run_helpers import tiny_run_args
+from run_helpers import short_run_args
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def quick_args(root, log_dir, *extra):
-    """One training batch, one validation batch, no test: a run that writes every run file."""
-    return tiny_run_args(
-        root, log_dir,
-        "--data.init_args.val_num_crops=1",
-        "--model.schedule.warmup_steps=0",
-        "--trainer.logger.init_args.name=exp",
-        "--trainer.num_sanity_val_steps=0",
-        "--trainer.max_epochs=1",
-        "--trainer.limit_train_batches=1",
-        "--trainer.limit_val_batches=1",
-        "--test_after_fit=false",
-        *extra,
-    )
+    """One epoch of one training batch: a run that writes every run file."""
+    return short_run_args(root, log_dir, "--trainer.max_epochs=1", "--trainer.limit_train_batches=1", *extra)
 
 
 def _fit_process(root, log_dir, *extra):

@@ -32,10 +32,10 @@ from dna_video.checkpoints import CheckpointError, timesformer_from_checkpoint
 from dna_video.checkpoints.layouts import infer_geometry
 from dna_video.checkpoints.upgrade import upgrade_checkpoint
 from dna_video.data.datamodule import VideoDataModule
-from dna_video.data.eval_settings import EvalSettings
+from dna_video.data.eval_settings import EvalSettings, read_view_frames
 from dna_video.data.sampling import short_videos_note
 from dna_video.data.transforms import EvalClipTransform
-from dna_video.data.video import VideoTooSmallError, check_frame_size, frame_size, read_frames
+from dna_video.data.video import VideoTooSmallError
 from dna_video.models.timesformer import TimeSformer
 
 log = logging.getLogger(__name__)
@@ -194,16 +194,11 @@ def load_views(path: str, settings: EvalSettings, min_side: int = 0) -> VideoVie
         VideoDecodeError: the file cannot be decoded (the message names it and what it is).
         VideoTooSmallError: a side below ``min_side``.
     """
-    if min_side > 1:
-        check_frame_size(path, *frame_size(path), min_side)
-    sampler = settings.sampler
-    decoded = read_frames(path, lambda n, fps: sampler.view_indices(n, fps, settings.num_clips), settings.decoder)
-    if min_side > 1:
-        check_frame_size(path, *decoded.frames.shape[1:3], min_side)
+    decoded = read_view_frames(path, settings, min_side)
     clips = rearrange(torch.from_numpy(decoded.frames), "(k t) h w c -> k t c h w", k=settings.num_clips)
     transform = EvalClipTransform(settings.crop_size, settings.num_crops, settings.mean, settings.std)
     views = rearrange(torch.stack([transform(clip) for clip in clips]), "k s c t h w -> (k s) c t h w")
-    return VideoViews(views, decoded.num_frames, sampler.frames_needed(decoded.fps))
+    return VideoViews(views, decoded.num_frames, settings.sampler.frames_needed(decoded.fps))
 
 
 def read_views(path: str, settings: EvalSettings, min_side: int = 0) -> Tensor:

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dna_video.data.sampling import FrameSampler
+from dna_video.data.video import VideoFrames, check_frame_size, frame_size, read_frames
 
-__all__ = ["EvalSettings"]
+__all__ = ["EvalSettings", "read_view_frames"]
 
 
 @dataclass(frozen=True)
@@ -47,3 +48,17 @@ class EvalSettings:
         """A copy with the given fields changed; ``None`` values leave a field as it is."""
         return dataclasses.replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
+
+
+def read_view_frames(path: str, settings: EvalSettings, min_side: int = 0) -> VideoFrames:
+    """The frames of every evaluation clip of ``path`` ((num_clips * T, H, W, 3) uint8, clip
+    major), as the torch and the ONNX predict both read them. ``min_side``: refuse a video with
+    a side below it, checked on the header's size before decoding and on the decoded frames
+    (:class:`~dna_video.data.video.VideoTooSmallError`)."""
+    if min_side > 1:
+        check_frame_size(path, *frame_size(path), min_side)
+    sampler = settings.sampler
+    decoded = read_frames(path, lambda n, fps: sampler.view_indices(n, fps, settings.num_clips), settings.decoder)
+    if min_side > 1:
+        check_frame_size(path, *decoded.frames.shape[1:3], min_side)
+    return decoded

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from dna_video.analysis.windows import Stride, Timeline, sliding_timeline
-from dna_video.data.eval_settings import EvalSettings
-from dna_video.data.video import VideoDecodeError, VideoTooSmallError, check_frame_size, frame_size, read_frames
+from dna_video.data.eval_settings import EvalSettings, read_view_frames
+from dna_video.data.video import VideoDecodeError, VideoTooSmallError
 from dna_video.runtime.model import OnnxModel
 from dna_video.runtime.preprocess import clip_views, frame_views
 
@@ -48,16 +48,11 @@ def load_views(path: str, settings: EvalSettings, min_side: int = 0) -> VideoVie
         VideoTooSmallError: a side below ``min_side``.
         ValueError: a video without frames.
     """
-    if min_side > 1:
-        check_frame_size(path, *frame_size(path), min_side)
-    sampler = settings.sampler
-    decoded = read_frames(path, lambda n, fps: sampler.view_indices(n, fps, settings.num_clips), settings.decoder)
-    if min_side > 1:
-        check_frame_size(path, *decoded.frames.shape[1:3], min_side)
+    decoded = read_view_frames(path, settings, min_side)
     clips = decoded.frames.reshape(settings.num_clips, settings.num_frames, *decoded.frames.shape[1:])
     views = np.concatenate([clip_views(clip, settings.crop_size, settings.num_crops, settings.mean, settings.std)
                             for clip in clips])
-    return VideoViews(views, decoded.num_frames, sampler.frames_needed(decoded.fps))
+    return VideoViews(views, decoded.num_frames, settings.sampler.frames_needed(decoded.fps))
 
 
 @dataclass
