@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from dna_video.models.init import init_module
+from dna_video.models.pairing import pair_stream
 from dna_video.models.timesformer import TimeSformer
 from dna_video.checkpoints.conversion import ImportOptions, OfficialCheckpoint, TargetModel, convert_checkpoint
 from dna_video.models.attention.negative_init import init_negative_branch
@@ -90,13 +91,15 @@ class PretrainedWeights:
         if self.source in ("None", "null", ""):
             self.source = None
 
-    def load_into(self, model: TimeSformer) -> LoadReport | None:
-        """Import :attr:`source` into ``model`` (None when there is no source)."""
+    def load_into(self, model: TimeSformer, pair_seed: int | None = None) -> LoadReport | None:
+        """Import :attr:`source` into ``model`` (None when there is no source); ``pair_seed``:
+        see :func:`load_pretrained`."""
         if not self.source:
             return None
         return load_pretrained(model, self.source, strict=self.strict, dna_init=self.dna_init,
                                dna_init_eps=self.dna_init_eps, negate_v_neg=self.negate_v_neg,
-                               pos_interpolation=self.pos_interpolation, time_interpolation=self.time_interpolation)
+                               pos_interpolation=self.pos_interpolation, time_interpolation=self.time_interpolation,
+                               pair_seed=pair_seed)
 
 
 @torch.no_grad()
@@ -112,6 +115,7 @@ def load_pretrained(
     time_interpolation: str = "linear",
     weights_only: bool | None = None,
     log_report: bool = True,
+    pair_seed: int | None = None,
 ) -> LoadReport:
     """Import ``source`` into ``model`` in place, adapted to the model's geometry.
 
@@ -135,6 +139,10 @@ def load_pretrained(
             official import).
         weights_only: see :func:`.io.read_checkpoint`.
         log_report: log the loading report table (INFO).
+        pair_seed: draw what the checkpoint lacks from random streams of this seed instead of
+            the global one (:mod:`dna_video.models.pairing`): a fresh module from the stream
+            ``fresh <module>`` (the same in a softmax and a DnA model), the ``dna_init`` policy's
+            draws from ``dna_init <module>``; None: the global random stream.
 
     Returns:
         The :class:`LoadReport`.
@@ -154,17 +162,19 @@ def load_pretrained(
             + "\n  ".join(report.problems())
         )
     model.load_state_dict(state, strict=strict)
-    initialise_missing(model, report)
+    initialise_missing(model, report, pair_seed)
     if log_report:
         log.info("%s", report.table())
     return report
 
 
 @torch.no_grad()
-def initialise_missing(model: TimeSformer, report: LoadReport) -> None:
+def initialise_missing(model: TimeSformer, report: LoadReport, pair_seed: int | None = None) -> None:
     """Set the model tensors the checkpoint did not provide as the report's reasons say:
     zero (temporal path), a fresh module (head), a DnA policy (Q-, V-). Tensors whose reason
-    is the model's own value (e.g. ``alpha_init``) are left as they are."""
+    is the model's own value (e.g. ``alpha_init``) are left as they are. With ``pair_seed``,
+    each module's random draws come from its own stream of that seed
+    (:func:`~dna_video.models.pairing.pair_stream`), not from the global one."""
     tensors = model.state_dict()
     fresh, negative = set(), {}
     for entry in report.of(Outcome.INITIALISED):
@@ -176,9 +186,11 @@ def initialise_missing(model: TimeSformer, report: LoadReport) -> None:
             elif step.reason in NEGATIVE_BRANCH_INIT:
                 negative[step.fields["module"]] = step.fields
     for name in sorted(fresh):
-        init_module(model.get_submodule(name))
+        with pair_stream(pair_seed, f"fresh {name}"):
+            init_module(model.get_submodule(name))
     for name, fields in negative.items():
-        init_negative_branch(model.get_submodule(name), fields["policy"], eps=fields["eps"])
+        with pair_stream(pair_seed, f"dna_init {name}"):
+            init_negative_branch(model.get_submodule(name), fields["policy"], eps=fields["eps"])
 
 
 def timesformer_from_checkpoint(

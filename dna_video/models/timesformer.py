@@ -20,7 +20,7 @@ knows nothing of Lightning or datasets.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal, get_args
 
 import torch
@@ -33,6 +33,7 @@ from torch.utils.checkpoint import checkpoint
 from dna_video.models.mlp import Mlp
 from dna_video.models.attention import Attention, build_attention, kwargs_by_kind
 from dna_video.models.init import init_module
+from dna_video.models.pairing import build_paired
 
 __all__ = [
     "TimeSformer",
@@ -451,8 +452,22 @@ class TimeSformerSpec:
         own["head_drop_rate"] = self.head_dropout
         return {**PRESETS[self.arch], **own, **data}
 
-    def build(self, num_classes: int, num_frames: int, img_size: int) -> "TimeSformer":
-        net = TimeSformer(**self.kwargs(num_classes=num_classes, num_frames=num_frames, img_size=img_size))
+    def softmax_twin(self) -> "TimeSformerSpec":
+        """The same architecture with softmax attention in both paths (the pair's baseline)."""
+        return replace(self, attention="softmax", temporal_attention=None, spatial_attention=None,
+                       attention_kwargs=None, compile=False)
+
+    def build(self, num_classes: int, num_frames: int, img_size: int, pair_seed: int | None = None) -> "TimeSformer":
+        """The network; with ``pair_seed``, initialised paired with its :meth:`softmax_twin`
+        (:func:`~dna_video.models.pairing.build_paired`: the tensors both have are the twin's,
+        the kind's extras come from their own stream, nothing depends on the global RNG)."""
+        data = dict(num_classes=num_classes, num_frames=num_frames, img_size=img_size)
+        if pair_seed is None:
+            net = TimeSformer(**self.kwargs(**data))
+        else:
+            twin = self.softmax_twin()
+            net = build_paired(lambda: TimeSformer(**self.kwargs(**data)), lambda: TimeSformer(**twin.kwargs(**data)),
+                               pair_seed)
         if self.compile:
             # In place (nn.Module.compile): parameter names and checkpoints stay unchanged.
             net.compile()

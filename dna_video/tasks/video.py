@@ -108,6 +108,12 @@ class VideoClassifier(TaskModule):
         lr_scheduler: LR schedule; default MultiStepLR x0.1 at epochs 11 and 14. null: none.
         schedule: the schedule's interval and monitor, and LR warm-up (:class:`Schedule`).
         evaluation: how the views of a video are combined (:class:`Evaluation`).
+        pair_seed: paired initialisation (``docs/variants.md``, "Paired runs"): the network's
+            tensors that softmax attention's network of the same architecture also has start
+            equal to that network's at this seed, the attention kind's extras (Q-, V-, alpha,
+            lambda...) come from their own stream of it, and so do the draws of an ``init``
+            import (fresh head, ``dna_init``); nothing depends on the global random state.
+            null: the usual initialisation from the global random stream.
     """
 
     init_source_key = "init.source"
@@ -126,6 +132,7 @@ class VideoClassifier(TaskModule):
         lr_scheduler: LRSchedulerCallable | None = PAPER_LR_SCHEDULER,  # type: ignore[assignment]
         schedule: Schedule = Schedule(),
         evaluation: Evaluation = Evaluation(),
+        pair_seed: int | None = None,
     ) -> None:
         super().__init__(optimizer, lr_scheduler)
         if backbone_lr_mult < 0:
@@ -156,8 +163,9 @@ class VideoClassifier(TaskModule):
     def build_network(self, num_classes: int, num_frames: int, img_size: int) -> torch.nn.Module:
         """The TimeSformer of :attr:`network`, its weights from :attr:`init`, the backbone
         frozen when ``freeze_backbone``. A subclass builds its own network here."""
-        net = self.network.build(num_classes, num_frames, img_size)
-        self.init_report = self.init.load_into(net)
+        pair_seed = self.hparams.get("pair_seed")
+        net = self.network.build(num_classes, num_frames, img_size, pair_seed=pair_seed)
+        self.init_report = self.init.load_into(net, pair_seed=pair_seed)
         if self.hparams.freeze_backbone:
             net.requires_grad_(False)
             net.head.requires_grad_(True)
