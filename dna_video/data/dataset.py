@@ -18,6 +18,13 @@ line with its path and what it is (``empty file (0 bytes)``, ``not a video (...)
 tries, then a clear error: never an endless loop) whose own label comes with it, so a label
 never travels with the wrong clip. In evaluation a replacement would count another video
 twice, so the sample is dropped by :func:`collate_videos` and counted instead.
+
+Where the random draws come from: by default torch's global generator (seeded per DataLoader
+worker); an index that is a :class:`~.seeding.SeededItem` (from :class:`~.seeding.SeededSampler`)
+brings its own seed, and then the clip position, a replacement record and the transform's
+scale, crop and flip come from that seed alone. With ``cache_decoded`` each file is decoded
+once, whole, and every later clip is taken from memory (the same frames as a decode of
+those indices).
 """
 
 from __future__ import annotations
@@ -25,8 +32,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -34,7 +41,8 @@ from einops import rearrange
 from torch.utils.data import Dataset, default_collate
 
 from dna_video.data.sampling import FrameSampler
-from dna_video.data.video import VideoDecodeError, read_frames
+from dna_video.data.seeding import SeededItem, torch_draws_from
+from dna_video.data.video import VideoDecodeError, VideoFrames, read_frames
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +72,9 @@ class VideoClipDataset(Dataset):
             path (0: never). A decoder stuck inside C code cannot be interrupted, but this
             names the file before the DataLoader's timeout stops the run.
         decoder: ``decord``, ``pyav`` or ``torchcodec`` (:mod:`.decoders`).
+        cache_decoded: keep every decoded file whole (all its decodable frames, uint8) and its
+            masks in this process, and take each clip from there: a file is decoded once per
+            process (:meth:`fill_cache` decodes them all at once).
         mask_reader: video path -> ground-truth masks bool (N, M, H, W) for its N frames (e.g.
             :func:`~.distractors.read_masks`); when given, each sample also holds ``masks``,
             the SAME frames, resize, crop and flip as its clip: (M, T, h, w) in training,
@@ -81,6 +92,7 @@ class VideoClipDataset(Dataset):
         slow_decode_warning: float = 0.0,
         mask_reader: Callable[[str], np.ndarray] | None = None,
         decoder: str = "decord",
+        cache_decoded: bool = False,
     ) -> None:
         self.records = list(records)
         self.sampler = sampler
@@ -91,6 +103,9 @@ class VideoClipDataset(Dataset):
         self.slow_decode_warning = slow_decode_warning
         self.mask_reader = mask_reader
         self.decoder = decoder
+        # path -> the whole decoded file; path -> its masks (with cache_decoded).
+        self.decoded: dict[str, VideoFrames] | None = {} if cache_decoded else None
+        self.cached_masks: dict[str, np.ndarray] = {}
 
     def __len__(self) -> int:
         return len(self.records)
@@ -120,13 +135,45 @@ class VideoClipDataset(Dataset):
         finally:
             timer.cancel()
 
+    def _read(self, path: str, choose: Callable[[int, float], np.ndarray]) -> VideoFrames:
+        """The frames ``choose(num_frames, fps)`` picks from ``path``: decoded now, or taken
+        from the whole file decoded once (``cache_decoded``)."""
+        if self.decoded is None:
+            return read_frames(path, choose, self.decoder)
+        whole = self.decoded.get(path)
+        if whole is None:
+            whole = read_frames(path, lambda n, fps: np.arange(n), self.decoder)
+            self.decoded[path] = whole
+        indices = np.asarray(choose(whole.num_frames, whole.fps), dtype=np.int64)
+        return replace(whole, frames=whole.frames[indices.reshape(-1)])
+
+    def fill_cache(self) -> tuple[int, int, int]:
+        """Decode every file of the split into the cache now (with ``cache_decoded``): a
+        DataLoader worker started by ``fork`` afterwards shares it. Returns (videos cached,
+        their bytes, frames and masks, files that failed to decode: left to :meth:`__getitem__`,
+        which logs and replaces or drops them)."""
+        if self.decoded is None:
+            raise RuntimeError("fill_cache: this dataset was made without cache_decoded")
+        failed = 0
+        for record in self.records:
+            try:
+                self._read(record.path, lambda n, fps: np.zeros(0, np.int64))
+                if self.mask_reader is not None:
+                    self._mask_array(record.path)
+            except VideoDecodeError:
+                failed += 1
+        size = sum(v.frames.nbytes for v in self.decoded.values()) + sum(m.nbytes for m in self.cached_masks.values())
+        return len(self.decoded), size, failed
+
     def load(self, index: int, rng: np.random.Generator | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Decode and transform the clip(s) of record ``index`` (and its masks, with a
         ``mask_reader``: then a (video, masks) pair)."""
         return self._load(index, rng)[0]
 
-    def _load(self, index: int, rng: np.random.Generator | None = None):
-        """:meth:`load` and the decoded file's facts (:class:`~.video.VideoFrames`)."""
+    def _load(self, index: int, rng: np.random.Generator | None = None, transform_seed: int | None = None):
+        """:meth:`load` and the decoded file's facts (:class:`~.video.VideoFrames`). With
+        ``transform_seed``, the training transform draws from it, not from torch's global
+        generator."""
         record = self.records[index]
         chosen: list[np.ndarray] = []
 
@@ -137,15 +184,15 @@ class VideoClipDataset(Dataset):
         if self.train:
             rng = rng or self._rng()
             with self._watch(record.path):
-                decoded = read_frames(record.path, lambda n, fps: pick(self.sampler.train_indices(n, fps, rng)),
-                                      self.decoder)
+                decoded = self._read(record.path, lambda n, fps: pick(self.sampler.train_indices(n, fps, rng)))
             frames = rearrange(torch.from_numpy(decoded.frames), "t h w c -> t c h w")
-            if self.mask_reader is None:
-                return self.transform(frames), decoded
-            return self.transform(frames, self._masks(record.path, chosen[-1], decoded.num_frames)), decoded
+            draws = nullcontext() if transform_seed is None else torch_draws_from(transform_seed)
+            with draws:
+                if self.mask_reader is None:
+                    return self.transform(frames), decoded
+                return self.transform(frames, self._masks(record.path, chosen[-1], decoded.num_frames)), decoded
         with self._watch(record.path):
-            decoded = read_frames(record.path, lambda n, fps: pick(self.sampler.view_indices(n, fps, self.num_clips)),
-                                  self.decoder)
+            decoded = self._read(record.path, lambda n, fps: pick(self.sampler.view_indices(n, fps, self.num_clips)))
         clips = rearrange(torch.from_numpy(decoded.frames), "(k t) h w c -> k t c h w", k=self.num_clips)
         if self.mask_reader is None:
             # (clips, crops, C, T, h, w) -> views ordered clip-major.
@@ -158,17 +205,32 @@ class VideoClipDataset(Dataset):
 
     def _masks(self, path: str, indices: np.ndarray, num_frames: int) -> torch.Tensor:
         """The masks of ``indices`` (any shape) as uint8 (..., M, H, W)."""
-        masks = self.mask_reader(path)
+        masks = self._mask_array(path)
         if len(masks) < num_frames:
             raise ValueError(f"{path}: {len(masks)} mask frames for a video of {num_frames} decodable frames")
         return torch.from_numpy(masks[indices].astype(np.uint8))
 
-    def __getitem__(self, index: int) -> dict:
+    def _mask_array(self, path: str) -> np.ndarray:
+        """All the masks of ``path``, read once per process with ``cache_decoded``."""
+        if self.decoded is None:
+            return self.mask_reader(path)
+        if path not in self.cached_masks:
+            self.cached_masks[path] = self.mask_reader(path)
+        return self.cached_masks[path]
+
+    def __getitem__(self, item: int | SeededItem) -> dict:
+        """The sample of record ``item``; a :class:`~.seeding.SeededItem` also brings the seed
+        of its random draws (clip position, replacement, transform)."""
         failed: list[str] = []
-        rng = self._rng()
+        if isinstance(item, SeededItem):
+            index, rng = item.index, np.random.default_rng(item.seed)
+            # Drawn first, so the transform's stream does not depend on how many draws the clip took.
+            transform_seed = int(rng.integers(2**63))
+        else:
+            index, rng, transform_seed = item, self._rng(), None
         while True:
             try:
-                video, decoded = self._load(index, rng)
+                video, decoded = self._load(index, rng, transform_seed)
                 masks = None
                 if isinstance(video, tuple):
                     video, masks = video
