@@ -260,6 +260,35 @@ def test_timeline_without_torch_agrees_with_pytorch(tiny_checkpoint, onnx_model,
     assert (tmp_path / "onnx" / "kitchen_timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
+def test_stream_without_torch_agrees_with_pytorch(tiny_checkpoint, onnx_model, tmp_path):
+    """``predict MODEL.onnx SOURCE --stream --annotate`` where torch cannot be imported: every
+    window of the file's timeline (88 frames: 21 windows, no tail), each within the tolerance
+    of the PyTorch timeline's, and the annotated copy holds every frame."""
+    import av
+
+    from dna_video.analysis.inference import load_model
+    from dna_video.analysis.timeline import video_timeline
+    from dna_video.data.video import write_video
+    from test_timeline import FPS, long_frames
+
+    video = tmp_path / "hall.mp4"
+    write_video(str(video), long_frames([(0, 0, 30), (1, 30, 60), (0, 60, 88)]), fps=FPS)
+    run = without_torch("predict", str(onnx_model), str(video), "--stream", "--no-drop", "--speed", "0", "--annotate",
+                        "--out", str(tmp_path / "onnx"))
+    assert run.returncode == 0, run.stderr
+    assert "imported:" not in run.stderr and "the source ended after 88 frames" in run.stdout
+    reference = video_timeline(load_model(tiny_checkpoint[0]), str(video))
+    with open(tmp_path / "onnx" / "hall_live.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["window"]) for r in rows] == list(range(len(reference.windows))) == list(range(21))
+    for row, probs in zip(rows, reference.probs):
+        assert row["top1"] == CLASSES[int(probs.argmax())]
+        assert abs(float(row["top1_prob"]) - float(probs.max())) <= PROB_TOLERANCE
+    with av.open(str(tmp_path / "onnx" / "hall_annotated.mp4")) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 88
+
+
 # -- mistakes, each in one line ------------------------------------------------------------------
 
 
@@ -268,6 +297,8 @@ def test_options_an_onnx_model_cannot_honour_are_refused(onnx_model, class_video
 
     with pytest.raises(SystemExit, match="--features is for a checkpoint"):
         main([str(onnx_model), str(class_videos), "--features", "f.npy"])
+    with pytest.raises(SystemExit, match="--annotate-attention is for a checkpoint"):
+        main([str(onnx_model), str(class_videos), "--timeline", "--annotate-attention"])
     with pytest.raises(SystemExit, match=r"--num-frames 8: tiny.onnx was exported for 4 frames of 32 x 32; export again"):
         main([str(onnx_model), str(class_videos), "--num-frames", "8"])
     # The frames and crop it was exported with are accepted; --clips, --crops, sampling can change.

@@ -31,12 +31,9 @@ This module is the PyTorch network over them (:func:`video_timeline`).
 
 from __future__ import annotations
 
-import numpy as np
 import torch
-from einops import rearrange
-from torch import Tensor
 
-from dna_video.analysis.inference import LoadedModel, device_of
+from dna_video.analysis.inference import LoadedModel
 from dna_video.analysis.windows import (
     Segment,
     Stride,
@@ -56,8 +53,7 @@ from dna_video.analysis.windows import (
     windows_csv,
     write_timeline,
 )
-from dna_video.data.transforms import EvalClipTransform
-from dna_video.tasks.views import mean_view_probs
+from dna_video.analysis.window_network import WindowNetwork
 
 __all__ = [
     "Stride", "parse_stride", "Windows", "plan_windows", "window_clips", "TimelineStats", "Timeline",
@@ -68,10 +64,11 @@ __all__ = [
 
 @torch.no_grad()
 def video_timeline(model: LoadedModel, path: str, stride: Stride | None = None, device: str | None = None,
-                   views_per_pass: int = 32, decode_chunk: int = 32) -> Timeline:
+                   views_per_pass: int = 32, decode_chunk: int = 32, network: WindowNetwork | None = None) -> Timeline:
     """Slide ``model``'s clip window along the video at ``path`` (see the module's docstring):
     probabilities of every window, the evaluation's crops of each combined
-    (:func:`~dna_video.analysis.windows.sliding_timeline` with this network).
+    (:func:`~dna_video.analysis.windows.sliding_timeline` with this network; ``network``: one
+    made by the caller, e.g. keeping attention maps, else ``WindowNetwork(model, device)``).
 
     Raises:
         VideoDecodeError: the file cannot be decoded.
@@ -79,20 +76,7 @@ def video_timeline(model: LoadedModel, path: str, stride: Stride | None = None, 
         ValueError: the model samples ``uniform`` clips.
     """
     settings = model.settings
-    target = device_of(device)
-    net = model.net.to(target).eval()
-    transform = EvalClipTransform(settings.crop_size, settings.num_crops, settings.mean, settings.std)
-
-    def prepare(frames: np.ndarray) -> Tensor:
-        """(n, H, W, 3) uint8 -> (n, crops, C, crop, crop): each frame resized, cropped and
-        normalised once, as evaluation does a clip's (the same steps, frame by frame)."""
-        return rearrange(transform(torch.from_numpy(frames).permute(0, 3, 1, 2)), "s c t h w -> t s c h w")
-
-    def probs_of(windows: list[Tensor]) -> np.ndarray:
-        views = rearrange(torch.stack(windows), "b t s c h w -> b s c t h w").contiguous().to(target)
-        logits = net(views.flatten(0, 1)).unflatten(0, views.shape[:2]).float()
-        return mean_view_probs(logits, model.aggregate).cpu().numpy()
-
-    return sliding_timeline(path, settings.decoder, settings.sampler, model.class_names, prepare, probs_of, stride,
-                            max(1, views_per_pass // settings.num_crops), decode_chunk, torch.stack,
-                            min_side=model.net.patch_size)
+    network = network or WindowNetwork(model, device)
+    return sliding_timeline(path, settings.decoder, settings.sampler, model.class_names, network.prepare,
+                            network.probs_of, stride, max(1, views_per_pass // settings.num_crops), decode_chunk,
+                            torch.stack, min_side=model.net.patch_size)

@@ -27,7 +27,7 @@ from dna_video.runtime.preprocess import clip_views, frame_views
 
 log = logging.getLogger(__name__)
 
-__all__ = ["VideoViews", "load_views", "Predictions", "predict_videos", "video_timeline"]
+__all__ = ["VideoViews", "load_views", "Predictions", "predict_videos", "OnnxWindows", "video_timeline"]
 
 
 @dataclass
@@ -127,6 +127,27 @@ def predict_videos(model: OnnxModel, videos: Sequence[str], num_workers: int = 0
     return found
 
 
+class OnnxWindows:
+    """``model`` over sliding windows (a long video's timeline, a live stream): :meth:`prepare`
+    each frame once into its evaluation views, :meth:`probs_of` windows of them; the ONNX
+    Runtime counterpart of :class:`dna_video.analysis.window_network.WindowNetwork`."""
+
+    def __init__(self, model: OnnxModel) -> None:
+        self.model = model
+        self.settings = model.settings
+
+    def prepare(self, frames: np.ndarray) -> np.ndarray:
+        """(n, H, W, 3) uint8 -> (n, crops, 3, crop, crop) float32."""
+        settings = self.settings
+        return frame_views(frames, settings.crop_size, settings.num_crops, settings.mean, settings.std)
+
+    def probs_of(self, windows: list[np.ndarray]) -> np.ndarray:
+        """Windows, each (T, crops, 3, crop, crop) -> (B, K) probabilities, each window's crops
+        combined as the model was evaluated."""
+        views = np.stack(windows).transpose(0, 2, 3, 1, 4, 5)  # b t crops c h w -> b crops c t h w
+        return self.model.probs(views)
+
+
 def video_timeline(model: OnnxModel, path: str, stride: Stride | None = None, views_per_pass: int = 32,
                    decode_chunk: int = 32) -> Timeline:
     """Slide ``model``'s clip window along the video at ``path``: the windows, decoding once,
@@ -139,14 +160,7 @@ def video_timeline(model: OnnxModel, path: str, stride: Stride | None = None, vi
         ValueError: the model samples ``uniform`` clips.
     """
     settings = model.settings
-
-    def prepare(frames: np.ndarray) -> np.ndarray:
-        return frame_views(frames, settings.crop_size, settings.num_crops, settings.mean, settings.std)
-
-    def probs_of(windows: list[np.ndarray]) -> np.ndarray:
-        views = np.stack(windows).transpose(0, 2, 3, 1, 4, 5)  # b t crops c h w -> b crops c t h w
-        return model.probs(views)
-
-    return sliding_timeline(path, settings.decoder, settings.sampler, model.class_names, prepare, probs_of, stride,
-                            max(1, views_per_pass // settings.num_crops), decode_chunk, np.stack,
-                            min_side=model.patch_size)
+    windows = OnnxWindows(model)
+    return sliding_timeline(path, settings.decoder, settings.sampler, model.class_names, windows.prepare,
+                            windows.probs_of, stride, max(1, views_per_pass // settings.num_crops), decode_chunk,
+                            np.stack, min_side=model.patch_size)

@@ -29,6 +29,14 @@ into ``--out DIR`` (default: the ``predict/`` folder of the checkpoint's run, el
 throughput is printed. A video is only read this way when asked: one label per file stays
 the answer for trimmed clips.
 
+``--stream`` reads its one path (a file, an ``rtsp://`` or ``http://`` URL, a capture device) as
+the frames arrive: each window of the timeline's plan is predicted as soon as its last frame is
+in, printed and appended to ``<stem>_live.csv``; the latency and the frames dropped when the
+model is slower than the source are printed at the end (:mod:`dna_video.analysis.stream`).
+``--annotate`` (with ``--timeline`` or ``--stream``) writes ``<stem>_annotated.mp4`` with the
+label drawn on every frame, ``--annotate-attention`` with the attention of the window blended
+in (:mod:`dna_video.analysis.annotate`).
+
 An ``.onnx`` model of ``dna-video export onnx`` in place of the checkpoint runs on ONNX Runtime
 with numpy preprocessing and no torch (:mod:`.predict_onnx`; ``dna-video`` sends it there before
 torch is imported); the options, table and files are this command's (:mod:`.predict_cli`).
@@ -62,6 +70,7 @@ from dna_video.tools.predict_cli import (
     collect_videos,
     failure_summary,
     settings_overrides,
+    run_live,
     write_predictions,
     write_timelines,
 )
@@ -195,13 +204,30 @@ def _timeline_folder(args: argparse.Namespace) -> Path:
 def _timelines(args: argparse.Namespace, model: LoadedModel, videos: Sequence[str]) -> int:
     """``--timeline``: each video's timeline files; one line of throughput per video."""
     from dna_video.analysis.timeline import parse_stride, video_timeline
+    from dna_video.analysis.window_network import WindowNetwork
 
     stride = parse_stride(args.stride) if args.stride else None
     if model.settings.sampling != "clip":
         raise SystemExit("error: --timeline slides the clip window along the video: the model samples 'uniform' "
                          "(T segments over the whole video); give --sampling clip and a --sampling-rate")
-    return write_timelines(args, videos, lambda path: video_timeline(model, path, stride, args.device),
-                           _timeline_folder(args), model.source)
+    network = WindowNetwork(model, args.device, attention=args.annotate_attention)
+
+    def timeline_of(path: str):
+        network.window_maps.clear()  # one video's windows at a time
+        return video_timeline(model, path, stride, args.device, network=network)
+
+    return write_timelines(args, videos, timeline_of, _timeline_folder(args), model.source, model.settings,
+                           (lambda: network.window_maps) if args.annotate_attention else None)
+
+
+def _stream(args: argparse.Namespace, model: LoadedModel) -> int:
+    """``--stream``: the one source's windows as its frames arrive (:func:`~.predict_cli.run_live`)."""
+    from dna_video.analysis.window_network import WindowNetwork
+
+    network = WindowNetwork(model, args.device, attention=args.annotate_attention)
+    return run_live(args, _timeline_folder(args), model.settings, model.class_names, network.prepare,
+                    network.probs_of, torch.stack, model.net.patch_size, model.source,
+                    (lambda: network.window_maps) if args.annotate_attention else None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,11 +240,14 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     check_arguments(args)
     try:
-        videos = collect_videos(args.paths, args.root)
+        videos = [] if args.stream else collect_videos(args.paths, args.root)
         model = load_model(args.checkpoint, num_heads=args.num_heads, **settings_overrides(args))
-        resolve_decoder(model.settings.decoder)  # a decoder that cannot run here stops now, saying why
+        if not args.stream:  # a stream is read by PyAV
+            resolve_decoder(model.settings.decoder)  # a decoder that cannot run here stops now, saying why
     except (FileNotFoundError, ValueError) as exc:  # CheckpointError is a ValueError
         raise SystemExit(f"error: {exc}") from None
+    if args.stream:
+        return _stream(args, model)
     if args.timeline:
         return _timelines(args, model, [v for v, _ in videos])
     labels = dict(videos)

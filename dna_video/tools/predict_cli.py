@@ -1,8 +1,8 @@
 """The command line of ``dna-video predict``, shared by its two runtimes (PyTorch:
 :mod:`.predict`; ONNX Runtime for an ``.onnx`` model: :mod:`.predict_onnx`) and free of torch:
 the options and their checks, the videos the paths name (files, folders, list files), and what
-the command prints and writes (the table, ``--out`` CSV or JSON, the timelines, the lines
-counting failed videos).
+the command prints and writes (the table, ``--out`` CSV or JSON, the timelines, a live
+stream's windows, annotated videos, the lines counting failed videos).
 """
 
 from __future__ import annotations
@@ -17,10 +17,27 @@ from typing import Any
 
 import numpy as np
 
+from dna_video.analysis.annotate import FrameLabel, LiveAnnotator, annotate_timeline
 from dna_video.analysis.predictions import csv_rows, prediction_records, prediction_table, write_csv
-from dna_video.analysis.windows import Timeline, describe, parse_stride, write_timeline
-from dna_video.common.atomic import write_text
+from dna_video.analysis.stream import (
+    FrameReader,
+    LiveCsv,
+    LivePlan,
+    LiveStats,
+    LiveWindow,
+    StreamSourceError,
+    display_name,
+    is_local_file,
+    latency_summary,
+    open_source,
+    run_stream,
+    source_rate,
+    stream_stem,
+)
+from dna_video.analysis.windows import Timeline, describe, parse_stride, smooth, write_timeline
+from dna_video.common.atomic import write_json, write_text
 from dna_video.data.decoders import DECODERS
+from dna_video.data.eval_settings import EvalSettings
 from dna_video.data.sampling import short_videos_note
 from dna_video.data.video import VideoDecodeError, VideoTooSmallError
 
@@ -28,7 +45,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "VIDEO_SUFFIXES", "LIST_SUFFIXES", "collect_videos", "add_settings_arguments", "settings_overrides", "parser",
-    "check_arguments", "write_predictions", "failure_summary", "write_timelines",
+    "check_arguments", "write_predictions", "failure_summary", "write_timelines", "input_options", "run_live",
 ]
 
 VIDEO_SUFFIXES = {".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv"}
@@ -106,6 +123,14 @@ def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _speed(text: str) -> float:
+    """argparse type: a pacing factor of at least 0."""
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (no pacing) or above, got {text}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     """argparse type: an integer of at least 1 (argparse turns the ValueError into one usage line)."""
     value = int(text)
@@ -139,24 +164,99 @@ def parser() -> argparse.ArgumentParser:
                           help="average each window's probabilities over K neighbouring windows (default 1: none)")
     timeline.add_argument("--min-segment", type=float, default=0.0,
                           help="merge segments shorter than this many seconds into a neighbour (default 0)")
+    live = command.add_argument_group("live video and annotated output")
+    live.add_argument("--stream", action="store_true",
+                      help="read the one path as frames arrive (a file, an rtsp:// or http:// URL, a capture device "
+                           "such as /dev/video0): each window's prediction printed and appended to <stem>_live.csv "
+                           "as soon as its last frame is in; latency and drops summed up at the end")
+    live.add_argument("--speed", type=_speed,
+                      help="with --stream: pace the frames by their timestamps, 1 = real time, 2 = twice as fast, "
+                           "0 = as fast as they decode (default 1 for a file, 0 for URLs and devices)")
+    live.add_argument("--no-drop", action="store_true",
+                      help="with --stream: answer every window, later and later when the model is slower than the "
+                           "source (default: skip to the newest window, counting what is dropped)")
+    live.add_argument("--input-format", help="with --stream: FFmpeg's input format (v4l2, avfoundation, dshow...; "
+                                             "default v4l2 for /dev/video*, else guessed)")
+    live.add_argument("--input-option", action="append", default=[], metavar="KEY=VALUE",
+                      help="with --stream: an FFmpeg option of the source (rtsp_transport=tcp, video_size=640x480...); "
+                           "repeatable")
+    live.add_argument("--annotate", action="store_true",
+                      help="with --timeline or --stream: write <stem>_annotated.mp4 (H.264, the source's frames, "
+                           "size and rate) with the current label and probability drawn on each frame")
+    live.add_argument("--annotate-attention", action="store_true",
+                      help="--annotate, with the last block's spatial attention of the window shown blended over the "
+                           "centre crop (DnA: positive red, negative blue); PyTorch checkpoints only")
     add_settings_arguments(command)
     return command
 
 
+def input_options(pairs: Sequence[str]) -> dict[str, str]:
+    """``--input-option KEY=VALUE`` pairs as FFmpeg's options.
+
+    Raises:
+        ValueError: a pair without ``=`` or without a key (named).
+    """
+    options = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key.strip():
+            raise ValueError(f"--input-option {pair!r}: give KEY=VALUE, e.g. rtsp_transport=tcp")
+        options[key.strip()] = value
+    return options
+
+
+def _check_live(args: argparse.Namespace) -> None:
+    """The mistakes of ``--stream`` and ``--annotate``."""
+    if args.annotate_attention:
+        args.annotate = True
+    if args.annotate and not (args.timeline or args.stream):
+        raise SystemExit("error: --annotate draws a timeline's or a stream's labels on the video: add --timeline "
+                         "or --stream")
+    live_only = [name for name, given in (("--speed", args.speed is not None), ("--no-drop", args.no_drop),
+                                          ("--input-format", args.input_format),
+                                          ("--input-option", args.input_option)) if given]
+    if not args.stream:
+        if live_only:
+            raise SystemExit(f"error: {', '.join(live_only)} shape a live stream: add --stream")
+        return
+    if args.timeline:
+        raise SystemExit("error: --stream already slides the window along the source: leave --timeline out")
+    if len(args.paths) != 1:
+        raise SystemExit(f"error: --stream reads one source, got {len(args.paths)}: {' '.join(args.paths)}")
+    clashing = [name for name, given in (("--features", args.features), ("--smooth", args.smooth != 1),
+                                         ("--min-segment", args.min_segment), ("--num-workers", args.num_workers))
+                if given]
+    if clashing:
+        raise SystemExit(f"error: {', '.join(clashing)} cannot apply to a live stream: leave them out with --stream")
+    if args.out and (Path(args.out).suffix in (".csv", ".json") or Path(args.out).is_file()):
+        raise SystemExit(f"--out {args.out}: with --stream, give a folder (the files are named after the source)")
+    source = args.paths[0]
+    if "://" not in source and not source.startswith("/dev/") and args.input_format is None and not Path(source).exists():
+        raise SystemExit(f"error: no such file: {source} (a URL needs its scheme, e.g. rtsp://; a device other "
+                         "than /dev/video* its --input-format)")
+    try:
+        input_options(args.input_option)
+        if args.stride:
+            parse_stride(args.stride)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}" if str(exc).startswith("--") else f"error: --{exc}") from None
+
+
 def check_arguments(args: argparse.Namespace) -> None:
     """The option mistakes :func:`parser` cannot catch, each stopped in one line (SystemExit)."""
+    _check_live(args)
     if args.timeline and args.features:
         raise SystemExit("error: --features is per video: leave it out with --timeline")
     if args.timeline and args.out and (Path(args.out).suffix in (".csv", ".json") or Path(args.out).is_file()):
         raise SystemExit(f"--out {args.out}: with --timeline, give a folder (the files are named after each video)")
-    if not args.timeline and (args.stride or args.smooth != 1 or args.min_segment):
+    if not args.timeline and not args.stream and (args.stride or args.smooth != 1 or args.min_segment):
         raise SystemExit("error: --stride, --smooth and --min-segment shape a timeline: add --timeline")
     if args.timeline and args.stride:
         try:
             parse_stride(args.stride)
         except ValueError as exc:
             raise SystemExit(f"error: --{exc}") from None
-    if args.out and not args.timeline and Path(args.out).suffix not in (".csv", ".json"):
+    if args.out and not args.timeline and not args.stream and Path(args.out).suffix not in (".csv", ".json"):
         raise SystemExit(f"--out {args.out}: use a .csv or .json file")
     if args.features and Path(args.features).suffix not in (".npy", ".pt"):
         raise SystemExit(f"--features {args.features}: use a .npy or .pt file")
@@ -201,12 +301,16 @@ def failure_summary(total: int, failed: Sequence[tuple[str, str]], refused: Sequ
 
 
 def write_timelines(args: argparse.Namespace, videos: Sequence[str], timeline_of: Callable[[str], Timeline],
-                    out: Path, source: str) -> int:
+                    out: Path, source: str, settings: EvalSettings | None = None,
+                    window_maps: Callable[[], list[dict[str, np.ndarray]]] | None = None) -> int:
     """``--timeline``: each video's :func:`~dna_video.analysis.windows.write_timeline` files in
     ``out`` (a second video of one name gets ``_2``), its throughput and first segments on the
     console; a video that cannot be read or is too small is named in one line and the others go
     on. ``timeline_of(path)``: the video's timeline (PyTorch or ONNX Runtime); ``source``: the
-    model file, recorded in the JSON. Returns the exit status (1: no video done)."""
+    model file, recorded in the JSON. ``--annotate``: ``<stem>_annotated.mp4`` too
+    (:func:`~dna_video.analysis.annotate.annotate_timeline`; ``settings``: the crop, where
+    attention goes; ``window_maps()``: the last timeline's attention per window, or None).
+    Returns the exit status (1: no video done)."""
     stems: dict[str, int] = {}
     failed, done, video_s, wall_s = 0, 0, 0.0, 0.0
     for path in videos:
@@ -223,6 +327,13 @@ def write_timelines(args: argparse.Namespace, videos: Sequence[str], timeline_of
             stem = f"{stem}_{stems[stem]}"
         files = write_timeline(timeline, out, stem, args.smooth, args.min_segment, args.top_k,
                                extra={"checkpoint": source})
+        if args.annotate:
+            annotated = out / f"{stem}_annotated.mp4"
+            crop = (settings.crop_size, settings.num_crops) if settings is not None else (1, 1)
+            frames = annotate_timeline(timeline, smooth(timeline.probs, args.smooth), files.segments, annotated, *crop,
+                                       window_maps=window_maps() if window_maps else None)
+            files.paths["annotated"] = annotated
+            print(f"annotated {frames} frames: {annotated.name}")
         done += 1
         video_s, wall_s = video_s + timeline.stats.video_seconds, wall_s + timeline.stats.seconds
         print(describe(timeline))
@@ -238,3 +349,103 @@ def write_timelines(args: argparse.Namespace, videos: Sequence[str], timeline_of
     if failed:
         print(f"{failed} of {len(videos)} videos could not be read or were refused: each named above", file=sys.stderr)
     return 0 if done else 1
+
+
+def _live_summary(name: str, stats: LiveStats, plan: LivePlan, drop: bool, csv_name: str) -> list[str]:
+    """The lines that end a stream: how it ended, the latency, what was dropped, what was left."""
+    read = f"{stats.frames_read} frames ({stats.frames_read / plan.fps:.1f} s of video in {stats.seconds:.1f} s)"
+    if stats.error:
+        lines = [f"{name}: the source failed after {read}: {stats.error}; the {stats.windows} windows answered "
+                 f"before are in {csv_name}"]
+    else:
+        how = "stopped (Ctrl-C)" if stats.stopped else "the source ended"
+        lines = [f"{name}: {how} after {read}: {stats.windows} windows answered"]
+    latency = latency_summary(stats.latencies_s)
+    if latency:
+        lines.append(f"latency from a window's last frame to its prediction: median {latency['median_ms']:.0f} ms, "
+                     f"95th percentile {latency['p95_ms']:.0f} ms, largest {latency['max_ms']:.0f} ms")
+    if stats.skipped_windows:
+        lines.append(f"dropped {stats.dropped_frames} sampled frames: {stats.skipped_windows} of "
+                     f"{stats.windows + stats.skipped_windows} windows skipped, the model being slower than the source "
+                     "(--no-drop answers every window, later)")
+    elif drop and stats.windows:
+        lines.append("no frame dropped: the model kept up with the source")
+    if stats.frames_after_last_window:
+        lines.append(f"the last {stats.frames_after_last_window} frames "
+                     f"({stats.frames_after_last_window / plan.fps:.2f} s) came after the last whole window")
+    return lines
+
+
+def run_live(args: argparse.Namespace, out: Path, settings: EvalSettings, class_names: Sequence[str],
+             prepare: Callable[[np.ndarray], Sequence], probs_of: Callable[[list], np.ndarray],
+             stack: Callable[[list], Any], min_side: int, model_source: str,
+             window_maps: Callable[[], list[dict[str, np.ndarray]]] | None = None) -> int:
+    """``--stream``: read the one source of ``args.paths`` as its frames arrive
+    (:mod:`dna_video.analysis.stream`), print and append each window's prediction to
+    ``out/<stem>_live.csv`` as it comes, and at the end print the latency, drops and how the
+    source ended, and write ``<stem>_live.json`` (and ``<stem>_annotated.mp4`` with
+    ``--annotate``). ``prepare`` / ``probs_of`` / ``stack``: the network (PyTorch or ONNX
+    Runtime) as for a timeline; ``window_maps()``: its attention per window answered, or None.
+    Returns the exit status: 1 when the source failed or no window was answered."""
+    source = args.paths[0]
+    name = display_name(source)
+    speed = args.speed if args.speed is not None else (1.0 if is_local_file(source) else 0.0)
+    stride = parse_stride(args.stride) if args.stride else None
+    try:
+        container = open_source(source, args.input_format, input_options(args.input_option))
+    except StreamSourceError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    rate = source_rate(container.streams.video[0])
+    try:
+        plan = LivePlan(settings.sampler, float(rate), stride)
+    except ValueError as exc:
+        container.close()
+        raise SystemExit(f"error: {exc}") from None
+    stem = stream_stem(source)
+    paths = {"csv": out / f"{stem}_live.csv", "json": out / f"{stem}_live.json"}
+    rows = LiveCsv(paths["csv"], class_names, args.top_k)
+    annotator = None
+    if args.annotate:
+        paths["annotated"] = out / f"{stem}_annotated.mp4"
+        annotator = LiveAnnotator(paths["annotated"], rate, settings.crop_size, settings.num_crops)
+    reader = FrameReader(container, name, plan.wanted, speed, annotator.add if annotator else None)
+    pace = f"paced at {speed:g} x real time" if speed > 0 else "as the frames come"
+    print(f"{name}: {float(rate):.2f} fps, {plan.span / plan.fps:.2f} s windows every {plan.stride / plan.fps:.2f} s, "
+          f"{pace}; {'every window answered' if args.no_drop else 'late windows skipped'}; Ctrl-C stops", flush=True)
+
+    def answered(window: LiveWindow) -> None:
+        rows.write(window)
+        top = int(np.argmax(window.probs))
+        print(f"  {window.start_s:9.2f} - {window.end_s:9.2f} s  {class_names[top]} {window.probs[top]:.3f}  "
+              f"({window.latency_s * 1000:.0f} ms)", flush=True)
+        if annotator is not None:
+            maps = window_maps()[-1] if window_maps and window_maps() else None
+            annotator.update(FrameLabel(class_names[top], float(window.probs[top]), maps))
+
+    try:
+        stats = run_stream(reader, plan, prepare, probs_of, drop=not args.no_drop, stack=stack, on_window=answered,
+                           min_side=min_side)
+    except VideoTooSmallError as exc:
+        raise SystemExit(f"refused {name}: {exc.reason}") from None
+    finally:
+        rows.close()
+        annotated_frames = annotator.close() if annotator is not None else 0
+    for number, line in enumerate(_live_summary(name, stats, plan, not args.no_drop, paths["csv"].name)):
+        print(line, file=sys.stderr if number == 0 and stats.error else sys.stdout)
+    if annotator is not None and annotator.error:
+        print(f"the annotated video could not be written: {annotator.error}", file=sys.stderr)
+        paths.pop("annotated")
+    elif annotator is not None and not annotated_frames:
+        paths.pop("annotated")
+    write_json(paths["json"], {
+        "source": name, "checkpoint": model_source, "fps": float(rate), "window_s": round(plan.span / plan.fps, 4),
+        "stride_s": round(plan.stride / plan.fps, 4), "speed": speed, "drop": not args.no_drop,
+        "class_names": list(class_names), "frames_read": stats.frames_read, "windows": stats.windows,
+        "skipped_windows": stats.skipped_windows, "dropped_frames": stats.dropped_frames,
+        "frames_after_last_window": stats.frames_after_last_window, "latency": latency_summary(stats.latencies_s),
+        "seconds": round(stats.seconds, 3),
+        "ended": "stopped" if stats.stopped else f"failed: {stats.error}" if stats.error else "end of source",
+        "annotated_frames": annotated_frames,
+    })
+    print(f"wrote {', '.join(p.name for p in paths.values())} to {out}")
+    return 1 if stats.error or not stats.windows else 0

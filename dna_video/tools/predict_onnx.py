@@ -6,9 +6,9 @@ JSON) and ``--timeline`` are those of ``predict`` (:mod:`.predict`); the data se
 the file (``dna-video export onnx`` writes the checkpoint's evaluation settings into it) and can
 be overridden, except the frames and the crop, fixed at export. ``--device``: ``cpu``, ``cuda``
 (an ONNX Runtime with CUDA) or none (CUDA when there, else the CPU); ``--num-workers`` threads
-decode ahead. ``--features`` and ``--num-heads`` belong to checkpoints. ``--timeline`` writes
-into ``--out DIR``, else ``./predict``. ``dna-video`` sends an ``.onnx`` model here before
-anything imports torch.
+decode ahead. ``--features``, ``--num-heads`` and ``--annotate-attention`` belong to checkpoints.
+``--timeline`` and ``--stream`` write into ``--out DIR``, else ``./predict``; ``--annotate``
+draws the labels. ``dna-video`` sends an ``.onnx`` model here before anything imports torch.
 """
 
 from __future__ import annotations
@@ -19,15 +19,18 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
+
 from dna_video.analysis.windows import parse_stride
 from dna_video.data.decoders import resolve_decoder
-from dna_video.runtime.inference import predict_videos, video_timeline
+from dna_video.runtime.inference import OnnxWindows, predict_videos, video_timeline
 from dna_video.runtime.model import OnnxModel, OnnxModelError, load_onnx_model
 from dna_video.tools.predict_cli import (
     check_arguments,
     collect_videos,
     failure_summary,
     parser,
+    run_live,
     settings_overrides,
     write_predictions,
     write_timelines,
@@ -41,15 +44,22 @@ def main(argv: list[str] | None = None) -> int:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     check_arguments(args)
-    for option, value in (("--features", args.features), ("--num-heads", args.num_heads)):
+    for option, value in (("--features", args.features), ("--num-heads", args.num_heads),
+                          ("--annotate-attention", args.annotate_attention)):
         if value:
             raise SystemExit(f"error: {option} is for a checkpoint: an .onnx model gives class probabilities only")
     try:
-        videos = collect_videos(args.paths, args.root)
+        videos = [] if args.stream else collect_videos(args.paths, args.root)
         model = load_onnx_model(args.checkpoint, args.device, **settings_overrides(args))
-        resolve_decoder(model.settings.decoder)  # a decoder that cannot run here stops now, saying why
+        if not args.stream:  # a stream is read by PyAV
+            resolve_decoder(model.settings.decoder)  # a decoder that cannot run here stops now, saying why
     except (FileNotFoundError, ImportError, OnnxModelError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
+    if args.stream:
+        windows = OnnxWindows(model)
+        out = Path(args.out) if args.out else Path.cwd() / "predict"
+        return run_live(args, out, model.settings, model.class_names, windows.prepare, windows.probs_of, np.stack,
+                        model.patch_size, model.source)
     if args.timeline:
         return _timelines(args, model, [v for v, _ in videos])
     labels = dict(videos)
@@ -69,7 +79,8 @@ def _timelines(args: argparse.Namespace, model: OnnxModel, videos: list[str]) ->
                          "(T segments over the whole video); give --sampling clip and a --sampling-rate")
     stride = parse_stride(args.stride) if args.stride else None
     out = Path(args.out) if args.out else Path.cwd() / "predict"
-    return write_timelines(args, videos, lambda path: video_timeline(model, path, stride), out, model.source)
+    return write_timelines(args, videos, lambda path: video_timeline(model, path, stride), out, model.source,
+                           model.settings)
 
 
 if __name__ == "__main__":
