@@ -12,6 +12,7 @@ from dna_video.models.attention import (
     CogAttention,
     DifferentialAttention,
     SharedValueDnA,
+    TiedQueryDnA,
     diff_lambda_init,
     kwargs_by_kind,
 )
@@ -38,6 +39,21 @@ def reference_shared_v(x, attn: SharedValueDnA):
         pos = softmax_rows(q_pos[..., s] @ k[..., s].transpose(-1, -2) / math.sqrt(d))
         neg = softmax_rows(-(q_neg[..., s] @ k[..., s].transpose(-1, -2)) / math.sqrt(d))  # softmin
         heads.append((pos - attn.neg_scalers[i] * neg) @ v[..., s])
+    return torch.cat(heads, dim=-1) @ attn.proj.weight.T + attn.proj.bias
+
+
+def reference_tied_q(x, attn: TiedQueryDnA):
+    """Per head: softmax(Q K^T/sqrt d) V+ + alpha_h softmin(Q K^T/sqrt d) V-, then proj: both
+    maps from the same scores, the negative one of their negation."""
+    D, h = attn.dim, attn.num_heads
+    d = D // h
+    q, k, v_pos = (x @ attn.qkv.weight.T + attn.qkv.bias).split(D, dim=-1)
+    v_neg = x @ attn.v_neg.weight.T + attn.v_neg.bias
+    heads = []
+    for i in range(h):
+        s = slice(i * d, (i + 1) * d)
+        scores = q[..., s] @ k[..., s].transpose(-1, -2) / math.sqrt(d)
+        heads.append(softmax_rows(scores) @ v_pos[..., s] + attn.neg_scalers[i] * softmax_rows(-scores) @ v_neg[..., s])
     return torch.cat(heads, dim=-1) @ attn.proj.weight.T + attn.proj.bias
 
 
@@ -75,7 +91,8 @@ def reference_cog(x, attn: CogAttention):
     return torch.cat(heads, dim=-1) @ attn.proj.weight.T + attn.proj.bias
 
 
-REFERENCES = {"dna_shared_v": reference_shared_v, "diff": reference_diff, "cog": reference_cog}
+REFERENCES = {"dna_shared_v": reference_shared_v, "dna_tied_q": reference_tied_q, "diff": reference_diff,
+              "cog": reference_cog}
 
 
 def randomise(module, seed=0):
@@ -107,7 +124,7 @@ SHAPES = [(2, 7, 16, 2), (1, 40, 48, 4), (3, 1, 24, 2)]
 
 @pytest.mark.parametrize("explicit_max_len", [0, 10**6], ids=["fused_kernel", "explicit"])
 @pytest.mark.parametrize("batch,length,dim,heads", SHAPES)
-@pytest.mark.parametrize("kind", ["dna_shared_v", "diff", "cog"])
+@pytest.mark.parametrize("kind", ["dna_shared_v", "dna_tied_q", "diff", "cog"])
 def test_variant_equals_written_out_float64(kind, batch, length, dim, heads, explicit_max_len, monkeypatch):
     """Training path (fused kernel or explicit matmuls) and forward_with_maps: outputs and
     every gradient equal autograd's through the written-out formula, in float64."""
@@ -145,6 +162,69 @@ def test_shared_v_maps_and_parameters():
     softmax = SoftmaxAttention(32, 4).double()
     softmax.load_state_dict(attn.state_dict(), strict=False)
     torch.testing.assert_close(attn(x), softmax(x))
+
+
+def test_tied_q_maps_parameters_and_dna_with_q_neg_equal_q_pos():
+    attn = make("dna_tied_q", 32, 4)
+    x = torch.randn(2, 9, 32, dtype=torch.float64)
+    _, maps = attn.forward_with_maps(x)
+    # The negative map is the softmin of the positive map's scores: per row, the key the
+    # positive map weights least is the one the negative map weights most.
+    assert torch.equal(maps["negative"].argmax(-1), maps["positive"].argmin(-1))
+    torch.testing.assert_close(maps["negative"], softmax_rows(-torch.log(maps["positive"])))
+    shapes = {k: tuple(v.shape) for k, v in TiedQueryDnA(32, 4).state_dict().items()}
+    assert shapes == {"qkv.weight": (96, 32), "qkv.bias": (96,), "v_neg.weight": (32, 32), "v_neg.bias": (32,),
+                      "proj.weight": (32, 32), "proj.bias": (32,), "neg_scalers": (4,)}
+    # Another implementation: DnA whose Q- is a copy of Q+.
+    dna = build_attention("dna", 32, 4).double()
+    dna.load_state_dict(attn.state_dict(), strict=False)
+    with torch.no_grad():
+        dna.q_neg.weight.copy_(attn.qkv.weight[:32])
+        dna.q_neg.bias.copy_(attn.qkv.bias[:32])
+    torch.testing.assert_close(attn(x), dna(x), atol=1e-12, rtol=1e-12)
+    # With alpha = 0 it is softmax attention, and only then.
+    softmax = SoftmaxAttention(32, 4).double()
+    softmax.load_state_dict(attn.state_dict(), strict=False)
+    assert not torch.allclose(attn(x), softmax(x))
+    with torch.no_grad():
+        attn.neg_scalers.zero_()
+    torch.testing.assert_close(attn(x), softmax(x))
+
+
+@pytest.mark.parametrize("policy", ["random", "scaled_copy"])
+def test_tied_q_imports_softmax_and_dna_checkpoints(policy):
+    """A softmax checkpoint: V- by the dna_init policy, alpha its initial value, everything else
+    loaded (with alpha = 0 the model is the softmax model); a DnA checkpoint: all but Q-, which
+    is reported unused; the kind is read back from its own tensors."""
+    from test_checkpoints import TOL, clip, ours
+    from test_checkpoints import randomise as randomise_net
+
+    from dna_video.checkpoints import Outcome, Reason, infer_geometry, load_pretrained
+
+    source = randomise_net(ours("softmax"))
+    model = ours("dna_tied_q")
+    report = load_pretrained(model, source.state_dict(), dna_init=policy)
+    initialised = {e.key: e.steps[0].reason for e in report.of(Outcome.INITIALISED)}
+    assert set(initialised) == {f"blocks.{i}.{path}.{name}" for i in range(2) for path in ("attn", "temporal_attn")
+                                for name in ("v_neg.weight", "v_neg.bias", "neg_scalers")}
+    assert initialised["blocks.1.attn.v_neg.weight"] is (Reason.DNA_INIT_SCALED if policy == "scaled_copy"
+                                                         else Reason.DNA_INIT)
+    assert not report.unused
+    v_pos = source.state_dict()["blocks.1.attn.qkv.weight"][64:]
+    if policy == "scaled_copy":
+        torch.testing.assert_close(model.blocks[1].attn.v_neg.weight, 1e-4 * v_pos)
+    else:
+        assert 0.015 < model.blocks[1].attn.v_neg.weight.std() < 0.025  # trunc-normal(0.02)
+    with torch.no_grad():
+        for module in model.attention_modules().values():
+            module.neg_scalers.zero_()
+    torch.testing.assert_close(model(clip()), source(clip()), **TOL)
+
+    dna = randomise_net(ours("dna"))
+    report = load_pretrained(ours("dna_tied_q"), dna.state_dict())
+    assert not report.initialised and set(report.unused) == {
+        f"blocks.{i}.{path}.q_neg.{n}" for i in range(2) for path in ("attn", "temporal_attn") for n in ("weight", "bias")}
+    assert infer_geometry(ours("dna_tied_q").state_dict())["attention"] == "dna_tied_q"
 
 
 def test_diff_parameter_count_matches_softmax_up_to_biases_lambdas_and_norm():
@@ -238,7 +318,7 @@ def test_per_path_attention_builds_each_path_and_splits_kwargs():
         timesformer("tiny", num_classes=3, temporal_attention="dnna")
 
 
-@pytest.mark.parametrize("kind", ["dna_shared_v", "diff", "cog"])
+@pytest.mark.parametrize("kind", ["dna_shared_v", "dna_tied_q", "diff", "cog"])
 def test_variant_trains_in_the_timesformer(kind):
     torch.manual_seed(0)
     net = timesformer("tiny", num_classes=3, img_size=16, num_frames=2, attention=kind, drop_path_rate=0.0)
@@ -248,13 +328,13 @@ def test_variant_trains_in_the_timesformer(kind):
     grads = {n: p.grad for n, p in net.named_parameters()}
     assert all(g is not None and torch.isfinite(g).all() for g in grads.values())
     # The variant's own parameters learn (temporal_fc starts at zero, so look at the spatial path).
-    own = {"dna_shared_v": "blocks.1.attn.q_neg.weight", "diff": "blocks.1.attn.lambda_q1",
-           "cog": "blocks.1.attn.qkv.weight"}[kind]
+    own = {"dna_shared_v": "blocks.1.attn.q_neg.weight", "dna_tied_q": "blocks.1.attn.v_neg.weight",
+           "diff": "blocks.1.attn.lambda_q1", "cog": "blocks.1.attn.qkv.weight"}[kind]
     assert grads[own].abs().sum() > 0
 
 
 @pytest.mark.parametrize("explicit_max_len", [0, 10**6], ids=["fused_kernel", "explicit"])
-@pytest.mark.parametrize("kind", ["dna", "dna_shared_v", "diff", "cog"])
+@pytest.mark.parametrize("kind", ["dna", "dna_shared_v", "dna_tied_q", "diff", "cog"])
 def test_bf16_autocast_stays_bf16(kind, explicit_max_len):
     """Under bf16 autocast every kind computes in bf16: a float32 parameter (alpha, lambda)
     mixed into a branch must not promote the output, and the memory, to float32."""

@@ -11,6 +11,7 @@ from dna_video.models.attention.kinds import (
     DifferentialAttention,
     SharedValueDnA,
     SoftmaxAttention,
+    TiedQueryDnA,
     diff_lambda_init,
 )
 from dna_video.models.attention.negative_init import DNA_INIT_POLICIES, init_negative_branch, orthogonal_complement_like
@@ -35,7 +36,7 @@ __all__ = [
     "Attention", "split_heads", "merge_heads", "dna_attention", "dna_attention_maps",
     "CrossAttention", "SoftmaxCrossAttention", "DenoisingCrossAttention", "NEG_INIT_POLICIES",
     "init_from_self_attention", "SoftmaxAttention", "DenoisingAttention", "SharedValueDnA",
-    "DifferentialAttention", "CogAttention", "diff_lambda_init", "DNA_INIT_POLICIES",
+    "TiedQueryDnA", "DifferentialAttention", "CogAttention", "diff_lambda_init", "DNA_INIT_POLICIES",
     "init_negative_branch", "orthogonal_complement_like", "ATTENTIONS", "DNA_EXTRAS", "AttentionKind",
     "CheckpointExtra", "NegativeBranch", "attention_kind", "attention_kinds", "build_attention",
     "build_cross_attention", "kind_of", "kwargs_by_kind", "negative_branch_weights", "on_register", "register_attention",

@@ -9,6 +9,8 @@ kind               per head
 ``dna``            softmax(Q+ K^T/sqrt d) V+ + alpha_h softmin(Q- K^T/sqrt d) V- (the paper)
 ``dna_shared_v``   (softmax(Q+ K^T/sqrt d) - alpha_h softmin(Q- K^T/sqrt d)) V: the reference's
                    shared-value ablation (one V, the negative branch subtracted)
+``dna_tied_q``     softmax(Q K^T/sqrt d) V+ + alpha_h softmin(Q K^T/sqrt d) V-: DnA with Q- = Q+,
+                   so the negative map weights the keys least similar to the positive query
 ``diff``           Differential Attention (Ye et al. 2024): (softmax(Q1 K1^T/sqrt d) - lambda
                    softmax(Q2 K2^T/sqrt d)) V, V of width 2d, per-head RMSNorm, x (1 - lambda_init)
 ``cog``            Cog Attention (Lv et al. 2024): (sign(p) * softmax(|p|)) V, p = Q K^T/sqrt d
@@ -31,6 +33,7 @@ __all__ = [
     "SoftmaxAttention",
     "DenoisingAttention",
     "SharedValueDnA",
+    "TiedQueryDnA",
     "DifferentialAttention",
     "CogAttention",
     "diff_lambda_init",
@@ -175,6 +178,58 @@ class SharedValueDnA(Attention):
 
     def forward_with_maps(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         out, positive, negative = dna_attention_maps(*self._heads(x), -self.alpha(), scale=self.scale,
+                                                     dropout_p=self._dropout_p())
+        return self._output(out), {"positive": positive, "negative": negative}
+
+
+class TiedQueryDnA(Attention):
+    """DnA with the negative query tied to the positive one (Q- = Q+), per head h:
+
+        softmax(Q_h K_h^T / sqrt d) V+_h + alpha_h * softmin(Q_h K_h^T / sqrt d) V-_h
+
+    Both maps read the same scores: the negative map puts most weight on the keys LEAST
+    similar to the query, the opposite of the positive map. With a free Q- (``dna``) a model
+    can learn Q- = -Q+, which makes softmin(Q- K^T) one more softmax over the same keys; tied,
+    it cannot. Parameters: ``qkv`` ([Q; K; V+], ViT's), ``v_neg`` (V-), ``proj`` and
+    ``neg_scalers`` (alpha, one per head): a softmax checkpoint maps onto all but V- and alpha,
+    a DnA one onto all but Q- (left unused).
+
+    Args:
+        dim, num_heads, qkv_bias, attn_drop, proj_drop: as :class:`~.base.Attention`.
+        alpha_init: initial value of every alpha_h.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        qkv_bias: bool = True,
+        attn_drop: float = 0.0,
+        proj_drop: float = 0.0,
+        alpha_init: float = 0.5,
+    ) -> None:
+        super().__init__(dim, num_heads, qkv_bias, attn_drop, proj_drop)
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.v_neg = nn.Linear(dim, dim, bias=qkv_bias)
+        self.neg_scalers = nn.Parameter(torch.full((num_heads,), float(alpha_init)))
+
+    def alpha(self) -> Tensor:
+        """The per-head weight of the negative branch, (H,)."""
+        return self.neg_scalers
+
+    def _heads(self, x: Tensor) -> tuple[Tensor, ...]:
+        h = self.num_heads
+        q, k, v_pos = split_heads(self.qkv(x), [h] * 3, self.head_dim)
+        (v_neg,) = split_heads(self.v_neg(x), [h], self.head_dim)
+        return q, q, k, v_pos, v_neg  # Q- is Q+
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = dna_attention(*self._heads(x), self.alpha(), scale=self.scale, dropout_p=self._dropout_p(),
+                            explicit=self._explicit(x))
+        return self._output(out)
+
+    def forward_with_maps(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        out, positive, negative = dna_attention_maps(*self._heads(x), self.alpha(), scale=self.scale,
                                                      dropout_p=self._dropout_p())
         return self._output(out), {"positive": positive, "negative": negative}
 

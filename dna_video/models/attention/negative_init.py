@@ -57,23 +57,26 @@ def orthogonal_complement_like(w_pos: Tensor, num_heads: int) -> Tensor:
 def init_negative_branch(attn: nn.Module, policy: str = "random", eps: float = 1e-4) -> None:
     """Set ``attn.q_neg`` and ``attn.v_neg`` by ``policy`` (see the module docstring), from
     the positive projections currently in ``attn.qkv``. A module without ``v_neg`` (the
-    shared-value ablation, ``dna_shared_v``) gets its Q- only."""
+    shared-value ablation, ``dna_shared_v``) gets its Q- only, one without ``q_neg`` (Q- tied
+    to Q+, ``dna_tied_q``) its V- only."""
     if policy not in DNA_INIT_POLICIES:
         raise ValueError(f"unknown DnA init policy {policy!r}; choose one of {list(DNA_INIT_POLICIES)}")
     d = attn.dim
     w_q, _, w_v = attn.qkv.weight.split(d)
     b_q, _, b_v = attn.qkv.bias.split(d) if attn.qkv.bias is not None else (None, None, None)
-    v_neg = getattr(attn, "v_neg", None)
+    q_neg, v_neg = getattr(attn, "q_neg", None), getattr(attn, "v_neg", None)
     if policy == "scaled_copy":
-        attn.q_neg.weight.copy_(eps * w_q)
-        if attn.q_neg.bias is not None:
-            attn.q_neg.bias.copy_(eps * b_q if b_q is not None else 0.0)
+        if q_neg is not None:
+            q_neg.weight.copy_(eps * w_q)
+            if q_neg.bias is not None:
+                q_neg.bias.copy_(eps * b_q if b_q is not None else 0.0)
         if v_neg is not None:
             v_neg.weight.copy_(eps * w_v)
             if v_neg.bias is not None:
                 v_neg.bias.copy_(eps * b_v if b_v is not None else 0.0)
         return
-    init_module(attn.q_neg)
+    if q_neg is not None:
+        init_module(q_neg)
     if v_neg is None:
         return
     init_module(v_neg)

@@ -34,7 +34,14 @@ from torch import Tensor, nn
 from dna_video.models.init import init_module
 from dna_video.models.attention.base import Attention
 from dna_video.models.attention.cross import CrossAttention, DenoisingCrossAttention, SoftmaxCrossAttention
-from dna_video.models.attention.kinds import CogAttention, DenoisingAttention, DifferentialAttention, SharedValueDnA, SoftmaxAttention
+from dna_video.models.attention.kinds import (
+    CogAttention,
+    DenoisingAttention,
+    DifferentialAttention,
+    SharedValueDnA,
+    SoftmaxAttention,
+    TiedQueryDnA,
+)
 
 __all__ = [
     "AttentionKind",
@@ -297,6 +304,11 @@ register_attention(AttentionKind(
 register_attention(AttentionKind(
     "dna_shared_v", SharedValueDnA, "DnA with one V, the negative branch subtracted (the reference's ablation)",
     extras={k: v for k, v in DNA_EXTRAS.items() if k != "v_neg"}, negative=NegativeBranch(value=None),
+    heads_from_state=_heads_from_alpha,
+))
+register_attention(AttentionKind(
+    "dna_tied_q", TiedQueryDnA, "DnA with Q- tied to Q+: softmin attends to the keys least similar to the query",
+    extras={k: v for k, v in DNA_EXTRAS.items() if k != "q_neg"}, negative=NegativeBranch(query=None),
     heads_from_state=_heads_from_alpha,
 ))
 register_attention(AttentionKind(
