@@ -229,7 +229,7 @@ def _saved_shapes(module, x):
     return shapes
 
 
-@pytest.mark.parametrize("kind", ["dna", "softmax"])
+@pytest.mark.parametrize("kind", ["dna", "dna_tied_q", "softmax"])
 def test_training_keeps_no_attention_map_nor_fused_weight(kind):
     """Past the short-sequence threshold nothing L x L is kept for backward, and DnA does not
     keep its fused (5D x D) projection weight either."""
