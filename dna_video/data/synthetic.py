@@ -11,6 +11,13 @@ horizontal flips, so the standard training augmentation applies.
 Generation is deterministic from ``seed``; the folder records the generator's parameters and
 is rebuilt when they change. Splits follow the Smarthome cross-subject protocol (train
 subjects without 19 and 25, validation 19 and 25, test the seven test subjects).
+
+Two class sets share the renderer: ``target`` (:data:`SYNTHETIC_CLASSES`, the quickstart's and
+the denoising experiment's) and ``source`` (:data:`SOURCE_CLASSES`: five other motions, no
+label in common), for pretraining on one task and fine-tuning on the other.
+
+A held-out test set (``test_videos``) is rendered from per-video seeds of their own stream
+(:func:`heldout_plan`), which never meets a seed of a training plan, into a folder of its own.
 """
 
 from __future__ import annotations
@@ -19,25 +26,41 @@ import json
 import logging
 import os
 import shutil
+import hashlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
-from dna_video.data.datamodule import Catalog, ProtocolDataModule
-from dna_video.data.smarthome import SUBJECTS, SmarthomeName, smarthome_catalog, smarthome_protocol
+from dna_video.data.datamodule import Catalog, ProtocolDataModule, SplitRecords
+from dna_video.data.smarthome import (CS_TEST_SUBJECTS, SUBJECTS, SmarthomeName, smarthome_catalog,
+                                      smarthome_protocol)
 from dna_video.data.video import write_video
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SYNTHETIC_CLASSES", "generate_synthetic_dataset", "render_video", "write_long_video", "SyntheticSmarthome"]
+__all__ = ["SYNTHETIC_CLASSES", "SOURCE_CLASSES", "CLASS_SETS", "class_names_of", "generate_synthetic_dataset",
+           "heldout_plan", "render_video", "write_long_video", "SyntheticSmarthome"]
 
 # Class names in label order. Names follow Smarthome's `Coarse.Fine` style (no `_`).
 SYNTHETIC_CLASSES = ("Blink", "Change.Size", "Move.Circle", "Move.Line", "Stay")
+# The source task's classes: other motions, none of the target's (pretraining without its labels).
+SOURCE_CLASSES = ("Bounce", "Grow.Once", "Jump", "Move.Diagonal", "Move.Zigzag")
+CLASS_SETS = {"target": SYNTHETIC_CLASSES, "source": SOURCE_CLASSES}
 GENERATOR_VERSION = 8
 MANIFEST = "synthetic.json"
+# Held-out seeds lie in [2**31, 2**32): a training plan's lie below (rng.integers(2**31)).
+HELDOUT_SEED_BASE = 2**31
+
+
+def class_names_of(classes: str) -> tuple[str, ...]:
+    """The class names of class set ``classes`` (``target`` or ``source``), in label order."""
+    if classes not in CLASS_SETS:
+        raise ValueError(f"data.init_args.classes: unknown class set {classes!r}; use one of {sorted(CLASS_SETS)}")
+    return CLASS_SETS[classes]
 
 
 def _shape_mask(kind: int, yy: np.ndarray, xx: np.ndarray, cy: float, cx: float, r: float) -> np.ndarray:
@@ -49,8 +72,10 @@ def _shape_mask(kind: int, yy: np.ndarray, xx: np.ndarray, cy: float, cx: float,
     return (dy <= r * 0.7) & (np.abs(dx) <= (dy + r) * 0.6)  # triangle pointing up
 
 
-def _actor_track(label: int, t: np.ndarray, rng: np.random.Generator, h: int, w: int):
-    """Centre (y, x) and radius of the actor at normalised times ``t`` in [0, 1].
+def _actor_track(label: int, t: np.ndarray, rng: np.random.Generator, h: int, w: int,
+                 classes: Sequence[str] = SYNTHETIC_CLASSES):
+    """Centre (y, x) and radius of the actor of class ``classes[label]`` at normalised times
+    ``t`` in [0, 1].
 
     Everything happens near the centre, at a scale set by the frame height, so that a
     training crop (short-side jitter then a square crop) keeps the whole path in view while
@@ -59,7 +84,7 @@ def _actor_track(label: int, t: np.ndarray, rng: np.random.Generator, h: int, w:
     from a flip."""
     r0 = rng.uniform(0.1, 0.13) * h
     cy0, cx0 = h / 2 + rng.uniform(-0.1, 0.1) * h, w / 2 + rng.uniform(-0.1, 0.1) * h
-    cls = SYNTHETIC_CLASSES[label]
+    cls = classes[label]
     r = np.full_like(t, r0)
     cy, cx = np.full_like(t, cy0), np.full_like(t, cx0)
     wobble = rng.normal(0, 1.0, t.shape).cumsum() * 0.1
@@ -86,6 +111,37 @@ def _actor_track(label: int, t: np.ndarray, rng: np.random.Generator, h: int, w:
             cy, cx = cy0 + wobble, along - h / 2 + w / 2
     elif cls == "Stay":
         cy, cx = cy0 + wobble, cx0 + wobble[::-1]
+    # The source classes (drawn after the shared draws above, so the target's stay as they were).
+    elif cls == "Bounce":
+        # Arcs off a floor below the centre, 2 to 3 bounces, in place horizontally.
+        bounces, rise = rng.uniform(2.0, 3.0), rng.uniform(0.3, 0.36) * h
+        cy = h / 2 + 0.18 * h - rise * np.abs(np.sin(np.pi * bounces * t + rng.uniform(0, np.pi)))
+        cx = cx0 + wobble
+    elif cls == "Grow.Once":
+        # From small to large once (smoothstep over 0.5 to 0.7 of the video), never back.
+        small, large = rng.uniform(0.04, 0.05) * h, rng.uniform(0.22, 0.26) * h
+        start, span = rng.uniform(0.05, 0.25), rng.uniform(0.5, 0.7)
+        ramp = np.clip((t - start) / span, 0.0, 1.0)
+        r = small + (large - small) * ramp * ramp * (3 - 2 * ramp)
+        cy, cx = cy0 + wobble, cx0 + wobble[::-1]
+    elif cls == "Jump":
+        # Still, then from one frame to the next 0.3 to 0.4 of the height up, down, left or right.
+        when, distance = rng.uniform(0.35, 0.65), rng.uniform(0.3, 0.4) * h
+        dy, dx = ((1, 0), (-1, 0), (0, 1), (0, -1))[int(rng.integers(4))]
+        jumped = np.where(t >= when, 0.5, -0.5) * distance
+        cy, cx = h / 2 + dy * jumped + wobble, w / 2 + dx * jumped + wobble[::-1]
+    elif cls == "Move.Diagonal":
+        # Straight along one of the four diagonals.
+        along = rng.uniform(0.4, 0.5) * h * (t - 0.5)
+        cy, cx = h / 2 + rng.choice([-1.0, 1.0]) * along, w / 2 + sign * along
+    elif cls == "Move.Zigzag":
+        # Left or right with a vertical triangle wave (2 to 3 teeth of 0.12 to 0.15 of the height).
+        along = sign * rng.uniform(0.5, 0.6) * h * (t - 0.5)
+        teeth, amplitude = rng.uniform(2.0, 3.0), rng.uniform(0.12, 0.15) * h
+        triangle = 4 * np.abs((teeth * t + rng.uniform(0, 1)) % 1.0 - 0.5) - 1  # in [-1, 1]
+        cy, cx = h / 2 + amplitude * triangle, w / 2 + along
+    else:
+        raise ValueError(f"no motion for class {cls!r}")
     return cy, cx, r
 
 
@@ -102,15 +158,16 @@ def scene_start(rng: np.random.Generator, height: int, width: int) -> tuple[np.n
     return t, yy, xx, background
 
 
-def render_video(label: int, seed: int, height: int = 84, width: int = 112) -> np.ndarray:
-    """Frames (N, H, W, 3) uint8 of one synthetic video of class ``label``."""
+def render_video(label: int, seed: int, height: int = 84, width: int = 112, classes: str = "target") -> np.ndarray:
+    """Frames (N, H, W, 3) uint8 of one synthetic video of class ``label`` of class set
+    ``classes`` (``target`` or ``source``)."""
     rng = np.random.default_rng(seed)
     t, yy, xx, background = scene_start(rng, height, width)
     n = len(t)
     kind, distractor_kind = rng.integers(0, 3, 2)
     colour = rng.uniform(150, 255, 3)
     distractor_colour = rng.uniform(120, 255, 3)
-    cy, cx, r = _actor_track(label, t, rng, height, width)
+    cy, cx, r = _actor_track(label, t, rng, height, width, class_names_of(classes))
     # Distractor: a smaller shape on a smooth random walk, reflected at the borders.
     velocity = rng.normal(0, 1.0, (n, 2)).cumsum(0) * 0.2
     pos = np.array([rng.uniform(0.2, 0.8) * height, rng.uniform(0.2, 0.8) * width]) + velocity.cumsum(0)
@@ -150,12 +207,13 @@ def write_long_video(path: str | os.PathLike, labels: Sequence[int], clips_per_s
     return truth
 
 
-def _video_plan(seed: int, videos_per_subject_class: int) -> list[tuple[SmarthomeName, int, int]]:
+def _video_plan(seed: int, videos_per_subject_class: int,
+                classes: Sequence[str] = SYNTHETIC_CLASSES) -> list[tuple[SmarthomeName, int, int]]:
     """(name, label, per-video seed) of every video, deterministic from ``seed``."""
     rng = np.random.default_rng(seed)
     subjects = sorted(SUBJECTS)
     plan = []
-    for label, activity in enumerate(SYNTHETIC_CLASSES):
+    for label, activity in enumerate(classes):
         for subject in subjects:
             for occurrence in range(videos_per_subject_class):
                 camera = int(rng.integers(1, 8))
@@ -164,9 +222,39 @@ def _video_plan(seed: int, videos_per_subject_class: int) -> list[tuple[Smarthom
     return plan
 
 
-def _write_one(args: tuple[str, int, int, int, int]) -> None:
-    path, label, seed, height, width = args
-    write_video(path, render_video(label, seed, height, width), fps=30.0)
+def heldout_plan(seed: int, num_videos: int,
+                 classes: Sequence[str] = SYNTHETIC_CLASSES) -> list[tuple[SmarthomeName, int, int]]:
+    """(name, label, per-video seed) of a held-out test set of ``num_videos`` videos.
+
+    Labels take turns (video i has label i mod C, so every class has N / C videos, give or
+    take one); names use the test subjects, so the cross-subject protocol puts every video in
+    the test split. Per-video seeds come from the stream ``[seed, 2]``, all different, in
+    [2**31, 2**32): a training plan's seeds (any ``seed``) lie below 2**31, so no held-out
+    video repeats a training one."""
+    if num_videos < 1:
+        raise ValueError(f"data.init_args.test_videos is {num_videos}: give 1 or more (or null: the root's test split)")
+    rng = np.random.default_rng([seed, 2])
+    seeds = HELDOUT_SEED_BASE + rng.choice(2**31, size=num_videos, replace=False)
+    subjects = sorted(CS_TEST_SUBJECTS)
+    plan = []
+    for i, video_seed in enumerate(seeds.tolist()):
+        label, turn = i % len(classes), i // len(classes)
+        subject, occurrence = subjects[turn % len(subjects)], turn // len(subjects)
+        name = SmarthomeName(classes[label], subject, occurrence, 1 + occurrence % 3, int(rng.integers(1, 8)))
+        plan.append((name, label, int(video_seed)))
+    return plan
+
+
+def _plan(seed: int, videos_per_subject_class: int, classes: Sequence[str], test_videos: int | None):
+    """The videos a folder holds: the training plan, or the held-out test set of ``test_videos``."""
+    if test_videos is None:
+        return _video_plan(seed, videos_per_subject_class, classes)
+    return heldout_plan(seed, test_videos, classes)
+
+
+def _write_one(args: tuple[str, int, int, int, int, str]) -> None:
+    path, label, seed, height, width, classes = args
+    write_video(path, render_video(label, seed, height, width, classes), fps=30.0)
 
 
 def write_generated_dataset(
@@ -176,10 +264,12 @@ def write_generated_dataset(
     write_one: Callable[[tuple], None],
     jobs_in: Callable[[Path], list[tuple]],
     workers: int | None = None,
+    finish: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write a generated dataset under ``root`` unless its manifest ``manifest_name`` there
     records the same ``params``: ``write_one`` runs on each job of ``jobs_in(folder)``, in
-    ``workers`` processes (None: one per core).
+    ``workers`` processes (None: one per core); then ``finish(folder)`` writes what the
+    folder records beside the videos (e.g. a per-video table).
 
     The files go to a temporary sibling folder first, moved in place at the end, so an
     interrupted run never leaves a half-written dataset behind; a folder without the manifest
@@ -207,17 +297,24 @@ def write_generated_dataset(
     else:
         for job in jobs:
             write_one(job)
+    if finish is not None:
+        finish(tmp)
     (tmp / manifest_name).write_text(json.dumps(params, indent=1))
     tmp.rename(root)
     return root
 
 
-def _parameters(videos_per_subject_class: int, seed: int, height: int = 84, width: int = 112) -> dict:
-    """What a generated dataset's manifest records: the same parameters write the same videos."""
-    return dict(
+def _parameters(videos_per_subject_class: int, seed: int, height: int = 84, width: int = 112,
+                classes: str = "target", test_videos: int | None = None) -> dict:
+    """What a generated dataset's manifest records: the same parameters write the same videos.
+    (``test_videos`` only when set: a training folder's manifest is as before.)"""
+    params = dict(
         version=GENERATOR_VERSION, videos_per_subject_class=videos_per_subject_class,
-        seed=seed, height=height, width=width, classes=list(SYNTHETIC_CLASSES),
+        seed=seed, height=height, width=width, classes=list(class_names_of(classes)),
     )
+    if test_videos is not None:
+        params.update(videos_per_subject_class=None, test_videos=test_videos)
+    return params
 
 
 def generate_synthetic_dataset(
@@ -227,15 +324,38 @@ def generate_synthetic_dataset(
     height: int = 84,
     width: int = 112,
     workers: int | None = None,
+    classes: str = "target",
+    test_videos: int | None = None,
 ) -> Path:
     """Write the dataset under ``root`` unless it is already there with the same parameters
-    (:func:`write_generated_dataset`)."""
-    params = _parameters(videos_per_subject_class, seed, height, width)
-    plan = _video_plan(seed, videos_per_subject_class)
+    (:func:`write_generated_dataset`). ``classes``: ``target`` or ``source``;
+    ``test_videos``: write instead a held-out test set of that many videos
+    (:func:`heldout_plan`)."""
+    params = _parameters(videos_per_subject_class, seed, height, width, classes, test_videos)
+    plan = _plan(seed, videos_per_subject_class, class_names_of(classes), test_videos)
     return write_generated_dataset(
         Path(root), MANIFEST, params, _write_one,
-        lambda folder: [(str(folder / name.filename), label, s, height, width) for name, label, s in plan], workers,
+        lambda folder: [(str(folder / name.filename), label, s, height, width, classes) for name, label, s in plan],
+        workers,
     )
+
+
+def heldout_root(root: str | os.PathLike, params: dict) -> Path:
+    """Where a held-out test set of manifest ``params`` lives by default: beside ``root``,
+    named after its size and a digest of its parameters (other options, another folder:
+    two test sets never overwrite each other)."""
+    root = Path(root)
+    digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:8]
+    return root.with_name(f"{root.name}.test{params['test_videos']}-{digest}")
+
+
+def interleaved_subset(records: list, num_classes: int, k: int) -> list:
+    """The first ``k`` of ``records`` taken class by class in turn: the i-th video (in file-name
+    order) of class 0, 1, ..., C - 1, then the (i + 1)-th... A fixed, class-balanced subset."""
+    by_class = [sorted((r for r in records if r.label == c), key=lambda r: r.path) for c in range(num_classes)]
+    turns = max((len(group) for group in by_class), default=0)
+    order = [group[i] for i in range(turns) for group in by_class if i < len(group)]
+    return order[:k]
 
 
 class SyntheticSmarthome(ProtocolDataModule):
@@ -246,6 +366,19 @@ class SyntheticSmarthome(ProtocolDataModule):
         root: folder of the generated videos (created on first use, reused afterwards).
         videos_per_subject_class: videos per (subject, class) pair; 18 subjects, 5 classes.
         seed: generator seed; the same seed writes the same videos.
+        classes: the class set: ``target`` (Blink, Change.Size, Move.Circle, Move.Line, Stay)
+            or ``source`` (Bounce, Grow.Once, Jump, Move.Diagonal, Move.Zigzag: other motions,
+            no label in common, for pretraining before fine-tuning on ``target``). The same
+            renderer otherwise; a checkpoint records the names.
+        test_videos: None: the test split is the root's (the 7 test subjects: 35 x
+            ``videos_per_subject_class`` videos). N: the test split is a held-out set of N
+            videos instead (N / 5 per class), rendered with the same options from seeds that no
+            training video uses, into ``test_root`` (generated on first use).
+        test_root: folder of the held-out test set (None: beside ``root``, named after N and a
+            digest of its options, e.g. ``synthetic_smarthome.test2000-1a2b3c4d``).
+        test_subset: keep only k test videos: the first k taken class by class in turn (the
+            i-th video, in file-name order, of each class, then the next): a fixed, balanced
+            subset, e.g. 256 for attention maps. None: every test video.
         strict: a file the generator did not write stops setup (false: left out, counted).
         kwargs: everything :class:`VideoDataModule` takes (batch size, sampling, transforms).
     """
@@ -257,41 +390,117 @@ class SyntheticSmarthome(ProtocolDataModule):
         root: str = ".cache/synthetic_smarthome",
         videos_per_subject_class: int = 6,
         seed: int = 0,
+        classes: Literal["target", "source"] = "target",
+        test_videos: int | None = None,
+        test_root: str | None = None,
+        test_subset: int | None = None,
         strict: bool = True,
         **kwargs,
     ) -> None:
+        names = class_names_of(classes)
+        if test_videos is not None and test_videos < 1:
+            raise ValueError(f"data.init_args.test_videos is {test_videos}: give 1 or more, or null (the root's test split)")
+        if test_subset is not None and test_subset < 1:
+            raise ValueError(f"data.init_args.test_subset is {test_subset}: give 1 or more, or null (every test video)")
         super().__init__(root=root, strict=strict, **kwargs)
+        self.protocol = replace(smarthome_protocol("cs"), classes=names)
         self.videos_per_subject_class = videos_per_subject_class
         self.seed = seed
+        self.classes = classes
+        self.test_videos = test_videos
+        self.test_root = test_root
+        self.test_subset = test_subset
+        self._heldout_catalog: Catalog | None = None
 
-    def prepare_data(self) -> None:
-        generate_synthetic_dataset(self.root, self.videos_per_subject_class, self.seed)
+    # -- what a generated folder holds (the distractor dataset overrides these two) ----------
+    def folder_parameters(self, test_videos: int | None = None) -> tuple[str, dict]:
+        """The manifest file name and the parameters it must record, of the root (None) or of
+        the held-out test set of ``test_videos``."""
+        return MANIFEST, _parameters(self.videos_per_subject_class, self.seed, classes=self.classes,
+                                     test_videos=test_videos)
+
+    def generate(self, folder: Path, test_videos: int | None = None) -> None:
+        """Write the root (None) or the held-out test set of ``test_videos`` into ``folder``."""
+        generate_synthetic_dataset(folder, self.videos_per_subject_class, self.seed, classes=self.classes,
+                                   test_videos=test_videos)
 
     def manifest(self) -> tuple[str, dict]:
         """The generated dataset's manifest file name and the parameters it must record."""
-        return MANIFEST, _parameters(self.videos_per_subject_class, self.seed)
+        return self.folder_parameters(None)
+
+    @property
+    def heldout_folder(self) -> Path | None:
+        """The folder of the held-out test set (None without ``test_videos``)."""
+        if self.test_videos is None:
+            return None
+        if self.test_root is not None:
+            return Path(self.test_root)
+        return heldout_root(self.root, self.folder_parameters(self.test_videos)[1])
+
+    def _folders(self) -> list[tuple[Path, int | None]]:
+        folders = [(Path(self.root), None)]
+        if self.test_videos is not None:
+            folders.append((self.heldout_folder, self.test_videos))
+        return folders
+
+    def prepare_data(self) -> None:
+        for folder, test_videos in self._folders():
+            self.generate(folder, test_videos)
 
     def check_inputs(self, stage: str) -> None:
         """As :meth:`VideoDataModule.check_inputs` once the dataset is there; before that, a
         root that holds something else stops the command, and an absent one is announced
         (a mistyped root would otherwise fill a new folder without a word)."""
-        root = Path(self.root)
-        name, parameters = self.manifest()
-        manifest = root / name
-        if manifest.is_file() and json.loads(manifest.read_text()) == parameters:
-            return super().check_inputs(stage)
-        if root.exists() and not manifest.is_file():
-            raise FileExistsError(
-                f"data.init_args.root {root} exists but holds no {name}: not a generated dataset folder; "
-                "choose another root or remove it"
-            )
-        videos = len(_video_plan(self.seed, self.videos_per_subject_class))
-        log.warning("data.init_args.root %s %s: generating the synthetic dataset there (%d videos) before the run. "
-                    "If you meant a dataset you have, check the root", root.resolve(),
-                    "holds another version of it" if root.exists() else "does not exist", videos)
+        ready = True
+        for folder, test_videos in self._folders():
+            name, parameters = self.folder_parameters(test_videos)
+            manifest = folder / name
+            if manifest.is_file() and json.loads(manifest.read_text()) == parameters:
+                continue
+            ready = False
+            key = "root" if test_videos is None else "test_root"
+            if folder.exists() and not manifest.is_file():
+                raise FileExistsError(
+                    f"data.init_args.{key} {folder} exists but holds no {name}: not a generated dataset folder; "
+                    "choose another folder or remove it"
+                )
+            videos = len(_plan(self.seed, self.videos_per_subject_class, self.class_names, test_videos))
+            log.warning("data.init_args.%s %s %s: generating the synthetic dataset there (%d videos) before the run. "
+                        "If you meant a dataset you have, check the folder", key, folder.resolve(),
+                        "holds another version of it" if folder.exists() else "does not exist", videos)
+        if ready:
+            super().check_inputs(stage)
 
     def list_files(self) -> tuple[list[Path], str]:
         return sorted(Path(self.root).glob("*.mp4")), str(self.root)
 
     def make_catalog(self, files: list[Path]) -> Catalog:
-        return smarthome_catalog(files, self.protocol, known_activities=set(SYNTHETIC_CLASSES))
+        return smarthome_catalog(files, self.protocol, known_activities=set(self.class_names))
+
+    def heldout_catalog(self) -> Catalog:
+        """The held-out folder's files sorted by the protocol (all in its test split), once."""
+        if self._heldout_catalog is None:
+            folder = self.heldout_folder
+            catalog = self.make_catalog(sorted(folder.glob("*.mp4")))
+            catalog.raise_if_strict(self.strict)
+            catalog.log_summary(str(folder))
+            catalog.notes.append(f"test split: the held-out set in {folder} ({self.test_videos} videos), "
+                                 "not the root's test subjects")
+            log.info("%s: %s", self.dataset_name, catalog.notes[-1])
+            self._heldout_catalog = catalog
+        return self._heldout_catalog
+
+    def build_split(self, split: str) -> SplitRecords:
+        if split == "test" and self.test_videos is not None:
+            found = self.heldout_catalog().split("test")
+        else:
+            found = super().build_split(split)
+        if split != "test" or self.test_subset is None:
+            return found
+        if self.test_subset > len(found.records):
+            raise ValueError(f"data.init_args.test_subset is {self.test_subset} but the test split holds "
+                             f"{len(found.records)} videos: give at most that many (or set test_videos)")
+        kept = {r.path for r in interleaved_subset(found.records, self.num_classes, self.test_subset)}
+        outside = [r.path for r in found.records if r.path not in kept]
+        excluded = {**found.excluded, **({"outside test_subset": outside} if outside else {})}
+        return SplitRecords([r for r in found.records if r.path in kept], excluded)
