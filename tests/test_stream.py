@@ -26,6 +26,7 @@ import av
 import numpy as np
 import pytest
 
+from dna_video.analysis.annotate import bar_rows
 from dna_video.analysis.inference import load_model
 from dna_video.analysis.stream import LiveCsv, LivePlan, LiveWindow, display_name, stream_stem
 from dna_video.analysis.timeline import video_timeline
@@ -163,6 +164,10 @@ def test_a_file_streamed_in_real_time_gives_the_offline_timeline(tiny_checkpoint
     assert len(frames) == 48 and frames[0].shape == (48, 64, 3)
     band = np.stack(frames)[:, 1]  # the band's top row: its colour, whatever the frame below
     assert np.abs(band.astype(int) - 16).max() <= 12
+    # What a viewer saw: no bar before the first answer (frame 6 completes window 0), a bar at the end.
+    bar = [frame[(bar_rows(48).start + bar_rows(48).stop) // 2] for frame in (frames[0], frames[-1])]
+    green = [int(((row[:, 1] > 150) & (row[:, 0] < 110)).sum()) for row in bar]
+    assert green[0] == 0 and green[1] > 40
 
 
 @pytest.mark.slow

@@ -42,7 +42,7 @@ from dna_video.common.atomic import atomic_path
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "BAND_COLOUR", "TEXT_COLOUR", "BAR_COLOUR", "TRACK_COLOUR", "BRANCH_COLOURS", "FrameLabel", "band_height",
+    "BAND_COLOUR", "TEXT_COLOUR", "BAR_COLOUR", "TRACK_COLOUR", "BRANCH_COLOURS", "FrameLabel", "bar_rows", "band_height",
     "draw_label", "crop_region", "blend_attention", "annotate_frame", "encode_video", "annotate_timeline",
     "LiveAnnotator",
 ]
@@ -70,10 +70,15 @@ def _font_size(height: int) -> int:
     return max(9, round(height / 24))
 
 
+def bar_rows(height: int) -> range:
+    """The rows of the probability bar in a frame ``height`` rows high (under the text)."""
+    size = _font_size(height)
+    return range(size + 6, size + 6 + max(3, size // 3))
+
+
 def band_height(height: int) -> int:
     """Rows the band takes at the top of a frame ``height`` rows high."""
-    size = _font_size(height)
-    return size + 6 + max(3, size // 3) + 3
+    return bar_rows(height).stop + 3
 
 
 def _fit(draw: ImageDraw.ImageDraw, text: str, font: ImageFont.FreeTypeFont, width: float) -> str:
@@ -93,7 +98,7 @@ def draw_label(frame: np.ndarray, label: FrameLabel) -> np.ndarray:
     image = Image.fromarray(frame)
     draw = ImageDraw.Draw(image)
     pad = max(2, size // 4)
-    bar_top, bar_height = size + 6, max(3, size // 3)
+    bar = bar_rows(height)
     draw.rectangle((0, 0, width - 1, band_height(height) - 1), fill=BAND_COLOUR)
     text = f"{label.name}  {label.prob:.2f}" if label.name is not None else "no prediction yet"
     legend = list(label.maps or {})[: len(BRANCH_COLOURS)]
@@ -105,11 +110,10 @@ def draw_label(frame: np.ndarray, label: FrameLabel) -> np.ndarray:
     for name, colour in zip(legend, BRANCH_COLOURS):
         draw.text((x, 2), f" {name}", fill=colour, font=font)
         x += draw.textlength(f" {name}", font=font)
-    track = (pad, bar_top, width - pad - 1, bar_top + bar_height - 1)
-    draw.rectangle(track, fill=TRACK_COLOUR)
+    draw.rectangle((pad, bar.start, width - pad - 1, bar.stop - 1), fill=TRACK_COLOUR)
     filled = int(round(label.prob * (width - 2 * pad))) if label.name is not None else 0
     if filled > 0:
-        draw.rectangle((pad, bar_top, pad + filled - 1, bar_top + bar_height - 1), fill=BAR_COLOUR)
+        draw.rectangle((pad, bar.start, pad + filled - 1, bar.stop - 1), fill=BAR_COLOUR)
     return np.asarray(image)
 
 
