@@ -3,7 +3,7 @@
 and says what each offers (:mod:`.registry`). Add a kind with :func:`register_attention`."""
 
 from dna_video.models.attention.base import Attention, merge_heads, split_heads
-from dna_video.models.attention.core import dna_attention, dna_attention_maps
+from dna_video.models.attention.core import TERMS, dna_attention, dna_attention_maps, dna_terms
 from dna_video.models.attention.cross import NEG_INIT_POLICIES, CrossAttention, DenoisingCrossAttention, SoftmaxCrossAttention, init_from_self_attention
 from dna_video.models.attention.kinds import (
     CogAttention,
@@ -33,7 +33,7 @@ from dna_video.models.attention.registry import (
 )
 
 __all__ = [
-    "Attention", "split_heads", "merge_heads", "dna_attention", "dna_attention_maps",
+    "Attention", "split_heads", "merge_heads", "dna_attention", "dna_attention_maps", "dna_terms", "TERMS",
     "CrossAttention", "SoftmaxCrossAttention", "DenoisingCrossAttention", "NEG_INIT_POLICIES",
     "init_from_self_attention", "SoftmaxAttention", "DenoisingAttention", "SharedValueDnA",
     "TiedQueryDnA", "DifferentialAttention", "CogAttention", "diff_lambda_init", "DNA_INIT_POLICIES",

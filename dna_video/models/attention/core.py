@@ -12,6 +12,8 @@ same with V- = V+ and the branch subtracted (pass ``v_neg=v_pos`` and ``-alpha``
   ``explicit`` both queries against K in one batched matmul.
 * :func:`dna_attention_maps`: the formula written out term by term, returning both maps: the
   reference the fused path is tested against, and the maps the analysis reads.
+* :func:`dna_terms`: the same, every term kept per head (maps, queries, each branch's output):
+  what the mechanism measures read (:data:`TERMS`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["dna_attention", "dna_attention_maps"]
+__all__ = ["dna_attention", "dna_attention_maps", "dna_terms", "TERMS"]
+
+#: What a kind's ``forward_with_terms`` returns per head, besides its output (the mechanism
+#: measures of :mod:`dna_video.analysis.denoising`):
+#:
+#: * ``positive``, ``negative``: the two maps (B, H, L, S), as ``forward_with_maps`` names them;
+#: * ``query_positive``: the query of the positive map (B, H, L, d);
+#: * ``query_negative``: the query whose SOFTMAX over the keys is the negative map (DnA:
+#:   -Q-, since softmin(Q- K^T) = softmax(-Q- K^T)); cos(query_positive, query_negative) is
+#:   cos(q+, -q-): 1 when the negative map repeats the positive one;
+#: * ``out_positive``, ``out_negative``: each branch's signed contribution to the head's output
+#:   before ``proj`` (B, H, L, dv), summing to it (DnA: alpha_h softmin(.) V-).
+TERMS = ("positive", "negative", "query_positive", "query_negative", "out_positive", "out_negative")
 
 
 def dna_attention(
@@ -71,8 +85,31 @@ def dna_attention_maps(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The formula written out: (output (B, H, L, d), positive map, negative map), each map
     (B, H, L, S) with rows summing to 1."""
+    terms = dna_terms(q_pos, q_neg, k, v_pos, v_neg, alpha, scale=scale, dropout_p=dropout_p)
+    return terms["out_positive"] + terms["out_negative"], terms["positive"], terms["negative"]
+
+
+def dna_terms(
+    q_pos: Tensor,
+    q_neg: Tensor,
+    k: Tensor,
+    v_pos: Tensor,
+    v_neg: Tensor,
+    alpha: Tensor,
+    *,
+    scale: float,
+    dropout_p: float = 0.0,
+) -> dict[str, Tensor]:
+    """The formula written out, every term per head (:data:`TERMS`); the head's output is
+    ``out_positive + out_negative``."""
     positive = torch.softmax((q_pos @ k.transpose(-2, -1)) * scale, dim=-1)
     negative = F.softmin((q_neg @ k.transpose(-2, -1)) * scale, dim=-1)
     alpha = alpha[None, :, None, None]  # h -> 1 h 1 1
-    out = F.dropout(positive, dropout_p) @ v_pos + alpha * (F.dropout(negative, dropout_p) @ v_neg)
-    return out, positive, negative
+    return {
+        "positive": positive,
+        "negative": negative,
+        "query_positive": q_pos,
+        "query_negative": -q_neg,  # softmin(Q- K^T) = softmax(-Q- K^T)
+        "out_positive": F.dropout(positive, dropout_p) @ v_pos,
+        "out_negative": alpha * (F.dropout(negative, dropout_p) @ v_neg),
+    }

@@ -27,7 +27,7 @@ from einops import rearrange
 from torch import Tensor, nn
 
 from dna_video.models.attention.base import Attention, split_heads
-from dna_video.models.attention.core import dna_attention, dna_attention_maps
+from dna_video.models.attention.core import dna_attention, dna_attention_maps, dna_terms
 
 __all__ = [
     "SoftmaxAttention",
@@ -132,6 +132,11 @@ class DenoisingAttention(Attention):
                                                      dropout_p=self._dropout_p())
         return self._output(out), {"positive": positive, "negative": negative}
 
+    def forward_with_terms(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """Output and every term per head (:data:`~.core.TERMS`), written out."""
+        terms = dna_terms(*self._heads(x), self.alpha(), scale=self.scale, dropout_p=self._dropout_p())
+        return self._output(terms["out_positive"] + terms["out_negative"]), terms
+
 
 class SharedValueDnA(Attention):
     """Shared-value DnA (the reference's ablation), per head h:
@@ -180,6 +185,12 @@ class SharedValueDnA(Attention):
         out, positive, negative = dna_attention_maps(*self._heads(x), -self.alpha(), scale=self.scale,
                                                      dropout_p=self._dropout_p())
         return self._output(out), {"positive": positive, "negative": negative}
+
+    def forward_with_terms(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """Output and every term per head (:data:`~.core.TERMS`; ``out_negative`` is the
+        subtracted branch, -alpha_h softmin(.) V), written out."""
+        terms = dna_terms(*self._heads(x), -self.alpha(), scale=self.scale, dropout_p=self._dropout_p())
+        return self._output(terms["out_positive"] + terms["out_negative"]), terms
 
 
 class TiedQueryDnA(Attention):
@@ -232,6 +243,12 @@ class TiedQueryDnA(Attention):
         out, positive, negative = dna_attention_maps(*self._heads(x), self.alpha(), scale=self.scale,
                                                      dropout_p=self._dropout_p())
         return self._output(out), {"positive": positive, "negative": negative}
+
+    def forward_with_terms(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """Output and every term per head (:data:`~.core.TERMS`; ``query_negative`` is -Q+),
+        written out."""
+        terms = dna_terms(*self._heads(x), self.alpha(), scale=self.scale, dropout_p=self._dropout_p())
+        return self._output(terms["out_positive"] + terms["out_negative"]), terms
 
 
 def diff_lambda_init(layer_index: int) -> float:
@@ -354,6 +371,21 @@ class DifferentialAttention(Attention):
         lam = self.lambda_full()
         out = F.dropout(first, p) @ v - lam * (F.dropout(second, p) @ v)
         return self._finish(out), {"positive": first, "negative": second, "combined": first - lam * second}
+
+    def forward_with_terms(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """Output and every term per differential head (:data:`~.core.TERMS`, H/2 heads, values
+        2d wide): the maps of Q1 K1 and Q2 K2, ``query_negative`` = Q2 (the second map is a
+        softmax, over keys K2 of its own), ``out_negative`` = -lambda softmax(Q2 K2^T) V, both
+        outputs before the per-head norm."""
+        queries, keys, v = self._heads(x)
+        first = torch.softmax((queries[:, 0] @ keys[:, 0].transpose(-2, -1)) * self.scale, dim=-1)
+        second = torch.softmax((queries[:, 1] @ keys[:, 1].transpose(-2, -1)) * self.scale, dim=-1)
+        p = self._dropout_p()
+        terms = {
+            "positive": first, "negative": second, "query_positive": queries[:, 0], "query_negative": queries[:, 1],
+            "out_positive": F.dropout(first, p) @ v, "out_negative": -self.lambda_full() * (F.dropout(second, p) @ v),
+        }
+        return self._finish(terms["out_positive"] + terms["out_negative"]), terms
 
 
 class CogAttention(Attention):

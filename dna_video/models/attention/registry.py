@@ -89,15 +89,30 @@ class NegativeBranch:
         query: the module's Linear of the negative query (Q-), or None.
         value: the module's Linear of the negative value (V-), or None when V is shared.
         maps: the names of the positive and the negative map in ``forward_with_maps``.
+        terms: the module's method returning its output and every term per head
+            (:data:`~.core.TERMS`: both maps, both queries as softmax queries, each branch's
+            signed output), for the mechanism measures; None when it has none.
     """
 
     weight: str = "alpha"
     query: str | None = "q_neg"
     value: str | None = "v_neg"
     maps: tuple[str, str] = ("positive", "negative")
+    terms: str | None = "forward_with_terms"
 
     def weight_of(self, module: nn.Module) -> Tensor:
         return getattr(module, self.weight)()
+
+    def has_terms(self, module: nn.Module) -> bool:
+        """Whether ``module`` offers :meth:`terms_of` (its class has the declared method)."""
+        return self.terms is not None and callable(getattr(module, self.terms, None))
+
+    def terms_of(self, module: nn.Module, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """``module``'s output on ``x`` and its terms per head (:data:`~.core.TERMS`)."""
+        if not self.has_terms(module):
+            raise ValueError(f"{type(module).__name__} has no per-head terms method ({self.terms!r}): "
+                             "declare NegativeBranch(terms=...) for its kind")
+        return getattr(module, self.terms)(x)
 
     @contextmanager
     def off(self, module: nn.Module) -> Iterator[None]:
