@@ -251,7 +251,7 @@ def test_a_url_source_streams_over_http(tiny_checkpoint, long_video, offline, tm
     (["--speed", "2"], "--speed shape a live stream: add --stream"),
     (["--no-drop", "--input-format", "v4l2"], "--no-drop, --input-format shape a live stream: add --stream"),
     (["--annotate"], "--annotate draws a timeline's or a stream's labels on the video: add --timeline or --stream"),
-    (["--stream", "--smooth", "3"], "--smooth cannot apply to a live stream"),
+    (["--stream", "--smooth", "3", "--decoder", "pyav"], "--smooth, --decoder cannot apply to a live stream"),
     (["--stream", "--input-option", "rtsp_transport"], "--input-option 'rtsp_transport': give KEY=VALUE"),
     (["--stream", "--speed", "-1"], "must be 0 (no pacing) or above"),
 ])

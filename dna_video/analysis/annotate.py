@@ -6,7 +6,7 @@ width is 1). With attention maps (a PyTorch model's ``--annotate-attention``) th
 blended into the region of the frame the model's centre crop covers (:func:`crop_region`):
 the first branch (DnA's positive attention, or softmax's) in red, the second (DnA's negative)
 in blue, each scaled from its own smallest to largest weight; the band names them in their
-colours.
+colours (``positive`` / ``negative``, or ``+`` / ``-`` on a frame too narrow for the names).
 
 Which label a frame shows:
 
@@ -54,6 +54,8 @@ TRACK_COLOUR = (90, 90, 90)
 #: Attention branches in order: DnA's positive (or softmax's one map), then DnA's negative.
 BRANCH_COLOURS = ((255, 40, 40), (40, 110, 255))
 ATTENTION_STRENGTH = 0.6
+#: The legend's words on a frame too narrow for the branch names.
+SHORT_NAMES = {"positive": "+", "negative": "-", "softmax": "att"}
 
 
 @dataclass(frozen=True)
@@ -101,10 +103,14 @@ def draw_label(frame: np.ndarray, label: FrameLabel) -> np.ndarray:
     bar = bar_rows(height)
     draw.rectangle((0, 0, width - 1, band_height(height) - 1), fill=BAND_COLOUR)
     text = f"{label.name}  {label.prob:.2f}" if label.name is not None else "no prediction yet"
-    legend = list(label.maps or {})[: len(BRANCH_COLOURS)]
-    legend_width = sum(draw.textlength(f" {n}", font=font) for n in legend)
-    if legend_width > (width - 2 * pad) / 2:  # no room beside the label: the label comes first
-        legend, legend_width = [], 0
+    legend, legend_width = [], 0.0
+    names = list(label.maps or {})[: len(BRANCH_COLOURS)]
+    for words in (names, [SHORT_NAMES.get(n, n[:3]) for n in names]):  # the names, else their signs
+        legend_width = sum(draw.textlength(f" {n}", font=font) for n in words)
+        if legend_width <= (width - 2 * pad) / 3:  # the label comes first
+            legend = words
+            break
+    legend_width = legend_width if legend else 0.0
     draw.text((pad, 2), _fit(draw, text, font, width - 2 * pad - legend_width), fill=TEXT_COLOUR, font=font)
     x = width - pad - legend_width
     for name, colour in zip(legend, BRANCH_COLOURS):

@@ -224,7 +224,8 @@ def _check_live(args: argparse.Namespace) -> None:
     if len(args.paths) != 1:
         raise SystemExit(f"error: --stream reads one source, got {len(args.paths)}: {' '.join(args.paths)}")
     clashing = [name for name, given in (("--features", args.features), ("--smooth", args.smooth != 1),
-                                         ("--min-segment", args.min_segment), ("--num-workers", args.num_workers))
+                                         ("--min-segment", args.min_segment), ("--num-workers", args.num_workers),
+                                         ("--decoder", args.decoder))  # a stream is read by PyAV
                 if given]
     if clashing:
         raise SystemExit(f"error: {', '.join(clashing)} cannot apply to a live stream: leave them out with --stream")
