@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from itertools import combinations
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -266,53 +265,32 @@ def test_the_rollout_help_says_signed_maps_are_refused():
     assert "refused for a kind with signed weights" in ROLLOUT_HELP and "cog" in ROLLOUT_HELP
 
 
-# -- the denoising experiment's figures ----------------------------------------------------------
+# -- the denoising experiment's figure ----------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def denoising_rows():
-    from experiments import denoising
+def _denoising_rows():
+    """Three primary pairs (softmax 50/60/70%, DnA 2, 4, 6 points above) and nothing else."""
+    rows = []
+    for seed, base in enumerate((0.5, 0.6, 0.7)):
+        for variant, init, gain in (("softmax", "-", 0.0), ("dna", "random", 0.02 * (seed + 1))):
+            rows.append({"group": "primary", "variant": variant, "dna_init": init, "seed": str(seed),
+                         "task": "target", "shifted_top1": str(base + gain), "in_distribution_top1": "0.9"})
+    return rows
 
-    return denoising.read_csv(denoising.RESULTS / "denoising.csv")
 
+def test_denoising_differences_figure_shows_each_comparison_with_its_interval(tmp_path):
+    from experiments.denoising import design, report
 
-def test_denoising_accuracy_figure_has_title_axes_and_a_legend_of_the_variants(denoising_rows):
-    from experiments import denoising
-
-    fig = denoising.accuracy_figure([dict(r) for r in denoising_rows])
+    plan = design.load_plan()
+    fig = report.differences_figure(_denoising_rows(), plan)
     (ax,) = fig.axes
-    assert ax.get_title().startswith("Test top-1 by distractor level")
-    assert (ax.get_xlabel(), ax.get_ylabel()) == ("distractor level", "test top-1 (%)")
-    legend = ax.get_legend()
-    assert legend.get_title().get_text() == "attention"
-    assert [t.get_text() for t in legend.get_texts()] == list(denoising.VARIANTS)
+    assert ax.get_title() == "Denoising experiment: paired differences"
+    assert ax.get_xlabel().startswith("paired difference a - b (percentage points)")
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["PRIMARY: fine-tuned: DnA (random) - softmax\n(shifted top-1, 3 pairs)"]
+    # The dot sits at the mean difference: 4 points.
+    (line,) = [c for c in ax.lines if c.get_marker() == "o"]
+    assert line.get_xdata()[0] == pytest.approx(4.0)
     assert overlapping_tick_labels(fig) == []
-
-
-def test_denoising_mass_figure_names_variants_without_overlap_and_explains_its_colours(denoising_rows):
-    from experiments import denoising
-
-    fig = denoising.mass_figure([dict(r) for r in denoising_rows])
-    assert fig.get_suptitle().startswith("Share of the cls token's spatial attention on the distractors")
-    assert [a.get_title() for a in fig.axes] == ["level: random", "level: confusing"]
-    assert {a.get_xlabel() for a in fig.axes} == {"cls attention on distractors (%)"}
-    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
-    assert labels == ["softmax", "dna", "dna_shared_v", "diff", "cog (|weights|)"]
-    (legend,) = fig.legends
-    assert [t.get_text() for t in legend.get_texts()] == [
-        "positive branch (one-map kinds: their map)", "negative branch",
-        "distractors' share of the patches (uniform attention)"]
-    # The bars carry the legend's colours: blue for the positive branch, red for the negative.
-    colours = {tuple(np.round(p.get_facecolor(), 3)) for p in fig.axes[0].patches}
-    assert colours == {tuple(np.round(h.get_facecolor(), 3)) for h in legend.legend_handles[:2]}
-    assert overlapping_tick_labels(fig) == []
-
-
-def test_denoising_plots_write_both_pngs(denoising_rows, tmp_path):
-    from experiments import denoising
-
-    written = denoising.plots([dict(r) for r in denoising_rows], tmp_path)
-    assert [p.name for p in written] == ["denoising_accuracy.png", "denoising_mass.png"]
-    for path in written:
-        assert Path(path).read_bytes()[:4] == b"\x89PNG"
-    assert sorted(os.listdir(tmp_path)) == ["denoising_accuracy.png", "denoising_mass.png"]
+    (written,) = report.plots(_denoising_rows(), plan, tmp_path)
+    assert written.read_bytes()[:4] == b"\x89PNG" and os.listdir(tmp_path) == ["denoising_differences.png"]

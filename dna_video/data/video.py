@@ -497,8 +497,15 @@ def write_video(
         stream.pix_fmt = "yuv420p"
         stream.codec_context.gop_size = gop
         stream.codec_context.max_b_frames = 0
+        # A generated dataset must be a function of its options: x264 wrote different bytes for
+        # the same frames from run to run when processes ran side by side (decoded pixels up to
+        # 16 levels apart), with its threads and even with one thread while its macroblock-tree
+        # lookahead was on. One thread and no lookahead measured identical over 24 concurrent
+        # encodes of 40 videos; files are written in parallel processes instead.
+        stream.codec_context.thread_count = 1
         if codec in ("libx264", "h264"):
-            stream.codec_context.options = {"crf": str(crf), "preset": "veryfast"}
+            stream.codec_context.options = {"crf": str(crf), "preset": "veryfast", "threads": "1",
+                                            "x264-params": "mbtree=0:rc-lookahead=0"}
         else:
             stream.codec_context.bit_rate = bit_rate or max(200_000, 4 * w * h * int(fps))
         for frame in itertools.chain([first], frames):

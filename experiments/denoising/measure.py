@@ -1,0 +1,138 @@
+"""The measures of one finished run, on its final checkpoint (last epoch; no selection):
+
+* per held-out set: top-1; on the cue-conflicting videos (the distractor's motion points to a
+  wrong label) top-1 and the rate at which the prediction IS the label the cue points to;
+* on the shifted set: top-1 with the negative branch switched off (kinds that have one);
+* on a fixed subset of the shifted set (the first ``map_videos``), the mechanism per spatial
+  block and head (:func:`dna_video.analysis.denoising.mechanism`): attention mass on actor /
+  distractors / background relative to their area, per map; the correlation of the positive
+  and negative maps; cos(q+, -q-) of the cls query; the negative branch's output norm over the
+  positive one's. The CSV row holds their means over blocks and heads; ``details`` all of it.
+"""
+
+from __future__ import annotations
+
+
+import torch
+
+from experiments.denoising.design import QUICK, Cell
+from experiments.denoising.runs import Layout, final_checkpoint
+
+__all__ = ["measure", "set_metrics"]
+
+
+def set_metrics(probs: torch.Tensor, labels: torch.Tensor, cue_labels: torch.Tensor | None) -> dict:
+    """top-1; on the videos whose cue points to another label (cue-conflicting): top-1 and the
+    share of predictions equal to the cue's label. Fractions in [0, 1]; None where undefined."""
+    predicted = probs.argmax(dim=1)
+    out = {"top1": float((predicted == labels).double().mean()), "videos": int(len(labels))}
+    if cue_labels is None:
+        return out | {"conflict_top1": None, "cue_follow": None, "conflicting": 0}
+    conflicting = cue_labels != labels
+    count = int(conflicting.sum())
+    out["conflicting"] = count
+    if count:
+        out["conflict_top1"] = float((predicted[conflicting] == labels[conflicting]).double().mean())
+        out["cue_follow"] = float((predicted[conflicting] == cue_labels[conflicting]).double().mean())
+    else:
+        out["conflict_top1"] = out["cue_follow"] = None
+    return out
+
+
+def predict(net: torch.nn.Module, loader) -> dict[str, torch.Tensor]:
+    """Per test video (in the split's record order): ``probs`` (softmax of the mean view
+    logits) and ``labels``."""
+    from einops import rearrange, reduce
+
+    probs, labels, order = [], [], []
+    for batch in loader:
+        if batch["video"] is None:
+            continue
+        video = batch["video"]
+        logits = net(rearrange(video, "b v c t h w -> (b v) c t h w"))
+        probs.append(reduce(logits, "(b v) k -> b k", "mean", b=video.shape[0]).softmax(dim=-1))
+        labels.append(batch["label"])
+        order.append(batch["index"])
+    position = torch.cat(order).argsort()
+    return {"probs": torch.cat(probs)[position], "labels": torch.cat(labels)[position], "index": torch.cat(order)[position]}
+
+
+def _datamodule(saved: dict, options: dict, **extra):
+    from dna_video.data.distractors import SyntheticDistractors
+
+    args = {k: v for k, v in saved.items() if not k.startswith("_")}  # LightningCLI's own entries
+    args.update(options, num_workers=0, cache_decoded=False, **extra)
+    datamodule = SyntheticDistractors(**args)
+    datamodule.setup("test")
+    return datamodule
+
+
+def _listed(value):
+    """Tensors as nested lists (NaN as None), for JSON."""
+    if isinstance(value, torch.Tensor):
+        return _listed(value.tolist())
+    if isinstance(value, dict):
+        return {k: _listed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_listed(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return None
+    return value
+
+
+def _mean(value: torch.Tensor) -> float | None:
+    """The mean over blocks and heads, NaN entries left out; None when none is defined."""
+    finite = value[~value.isnan()]
+    return float(finite.mean()) if finite.numel() else None
+
+
+def mechanism_summary(found: dict) -> dict:
+    """The CSV's columns from :func:`~dna_video.analysis.denoising.measure_mechanism`: means
+    over blocks and heads (one-map kinds: their map counts as the positive one)."""
+    relative = found["mass_relative"]
+    positive = relative.get("positive", relative.get("softmax"))
+    row = {}
+    for branch, values in (("positive", positive), ("negative", relative.get("negative"))):
+        for index, region in ((0, "actor"), (1, "distractors")):
+            row[f"mass_ratio_{branch}_{region}"] = None if values is None else _mean(values[..., index])
+    for column, key in (("map_correlation", "map_correlation"), ("cos_q_pos_neg", "query_cosine"),
+                        ("negative_output_ratio", "output_norm_ratio")):
+        row[column] = _mean(found[key]) if key in found else None
+    return row
+
+
+@torch.no_grad()
+def measure(cell: Cell, layout: Layout) -> dict:
+    """The CSV row (``row``) and the per-block, per-head details (``details``) of ``cell``."""
+    from dna_video.analysis.denoising import has_negative_branch, measure_mechanism, negative_branch_off
+    from dna_video.analysis.inference import load_model
+
+    checkpoint = final_checkpoint(cell.folder(layout.runs))
+    loaded = load_model(checkpoint, warn_defaults=False)
+    net = loaded.net.eval()
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=False)["datamodule_hyper_parameters"]
+    row: dict = {"group": cell.group, "variant": cell.variant, "dna_init": cell.dna_init, "seed": cell.seed,
+                 "task": cell.task, "start": cell.start.name if cell.start else "-", "epochs": layout.epochs(cell)}
+    details: dict = {"checkpoint": str(checkpoint), "sets": {}}
+    for name in layout.sets_of(cell):
+        datamodule = _datamodule(saved, layout.set_args(name))
+        result = predict(net, datamodule.test_dataloader())
+        if result["index"].tolist() != list(range(len(result["index"]))):
+            raise RuntimeError(f"{name}: {len(result['index'])} of the test split's videos were predicted")
+        cues = torch.tensor(datamodule.cue_labels("test")) if datamodule.scene["level"] == "cue" else None
+        metrics = set_metrics(result["probs"], result["labels"], cues)
+        details["sets"][name] = metrics
+        column = "calibration" if name.startswith("calibrate") else name
+        for key in ("top1", "conflict_top1", "cue_follow"):
+            row[f"{column}_{key}"] = metrics[key]
+        if name == "shifted" and has_negative_branch(net):
+            with negative_branch_off(net):
+                off = predict(net, datamodule.test_dataloader())
+            row["shifted_top1_negative_off"] = float((off["probs"].argmax(1) == off["labels"]).double().mean())
+    if "shifted" in layout.sets_of(cell):
+        videos = QUICK["map_videos"] if layout.quick else int(layout.plan["map_videos"])
+        datamodule = _datamodule(saved, layout.set_args("shifted"), with_masks=True, test_subset=videos)
+        found = measure_mechanism(net, datamodule.test_dataloader())
+        details["mechanism"] = _listed({k: v for k, v in found.items() if k not in ("probs", "labels")})
+        row.update(mechanism_summary(found))
+    return {"row": row, "details": details}

@@ -1,0 +1,162 @@
+"""Running one cell: its data roots, its ``cli.py fit`` command (a process of its own, one
+thread), and its measures on the held-out test sets (:mod:`.measure`), written to ``cell.json``
+beside the run with the record of what produced it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from experiments.denoising.design import CONFIG, QUICK, REPO, Cell, data_options, test_set_options
+from experiments.reproducible import environment, single_thread_env, tree_state
+
+__all__ = ["Layout", "fit_command", "run_cell", "render_data", "cell_record"]
+
+
+class Layout:
+    """Where an experiment's data and runs live under ``out``."""
+
+    def __init__(self, out: Path, plan: dict, quick: bool) -> None:
+        self.out, self.plan, self.quick = out, plan, quick
+        self.runs = out / "runs"
+        self.data = out / "data"
+
+    def train_root(self, task: str) -> Path:
+        return self.data / task
+
+    def test_root(self, name: str) -> Path:
+        return self.data / f"test_{name}"
+
+    def set_args(self, name: str) -> dict:
+        """SyntheticDistractors arguments whose test split is the held-out set ``name`` (or,
+        for ``source``, the source root's own test split). A set with a seed of its own comes
+        with a root of its own (its training videos are never used)."""
+        if name == "source":
+            return dict(data_options(self.plan, "source", self.quick), root=str(self.train_root("source")))
+        options = test_set_options(self.plan, name, self.quick)
+        root = self.train_root(name if name.startswith("calibrate") else "target")
+        return dict(options, root=str(root), test_root=str(self.test_root(name)))
+
+    def sets_of(self, cell: Cell) -> list[str]:
+        """The held-out sets a cell is measured on."""
+        if cell.task == "source":
+            return ["source"]
+        if cell.task.startswith("calibrate"):
+            return [cell.task]
+        return ["in_distribution", "shifted"]
+
+    def epochs(self, cell: Cell) -> int:
+        if self.quick:
+            return QUICK["epochs"]
+        kind = "pretrain" if cell.task == "source" else ("finetune" if cell.start is not None else "scratch")
+        return int(self.plan["epochs"][kind])
+
+
+def _option(value) -> str:
+    return json.dumps(value) if isinstance(value, (list, dict, bool)) or value is None else str(value)
+
+
+def fit_command(cell: Cell, layout: Layout) -> list[str]:
+    """The ``cli.py fit`` command of ``cell`` (paths absolute; run from the code's checkout)."""
+    folder = cell.folder(layout.runs)
+    epochs = layout.epochs(cell)
+    command = [
+        sys.executable, "cli.py", "fit", "--config", str(CONFIG.relative_to(REPO)),
+        "--data.init_args.root", str(layout.train_root(cell.task)),
+        "--data.init_args.data_seed", str(cell.seed), "--data.init_args.cache_decoded", "true",
+        "--model.network.attention", cell.variant, "--model.pair_seed", str(cell.seed),
+        "--seed_everything", str(cell.seed),
+        "--trainer.logger.init_args.save_dir", str(folder.parent.parent),
+        "--trainer.logger.init_args.name", folder.parent.name, "--trainer.logger.init_args.version", "0",
+        "--trainer.max_epochs", str(epochs), "--model.lr_scheduler.init_args.T_max", str(epochs),
+        "--test_after_fit", "false",
+    ]
+    options = data_options(layout.plan, cell.task, layout.quick)
+    if layout.quick:
+        options |= QUICK["data"]
+    for key, value in options.items():
+        command += [f"--data.init_args.{key}", _option(value)]
+    if cell.start is not None:
+        command += ["--model.init.source", str(final_checkpoint(cell.start.folder(layout.runs)))]
+        if cell.dna_init != "-":
+            command += ["--model.init.dna_init", cell.dna_init]
+    last = folder / "checkpoints" / "last.ckpt"
+    if last.is_file():
+        command += ["--ckpt_path", str(last)]  # an interrupted fit continues
+    elif folder.is_dir():
+        command += ["--overwrite", "true"]  # a fit that died before its first checkpoint starts over
+    return command
+
+
+def final_checkpoint(folder: Path) -> Path:
+    """The last epoch's checkpoint of a finished fit: what counts (no selection on a validation
+    split)."""
+    last = folder / "checkpoints" / "last.ckpt"
+    if not (folder / "fit.done").is_file() or not last.is_file():
+        raise FileNotFoundError(f"{folder}: the fit has not finished (no fit.done / checkpoints/last.ckpt)")
+    return last
+
+
+def render_data(layout: Layout, names: list[str]) -> None:
+    """Write the data roots ``names`` (``target``, ``source``, a test set's name, or
+    ``calibrate<i>``: that candidate's root and its calibration set) that do not exist yet (each generator leaves an existing root of the same options alone)."""
+    from dna_video.data.distractors import SyntheticDistractors
+
+    for name in names:
+        if name in ("target", "source"):
+            args = dict(data_options(layout.plan, name, layout.quick), root=str(layout.train_root(name)))
+        else:
+            args = layout.set_args(name)
+        started = time.time()
+        SyntheticDistractors(**args).prepare_data()
+        print(f"data {name}: {args.get('test_root', args['root'])} ({time.time() - started:.0f} s)", flush=True)
+
+
+def cell_record(cell: Cell, layout: Layout, command: list[str], code: Path) -> dict:
+    """What produced a cell: the code's commit, the command, the environment, the threads."""
+    return {"cell": cell.name, "command": shlex.join(command), "cwd": str(code), **environment(tree_state(code))}
+
+
+def run_cell(cell: Cell, layout: Layout, code: Path) -> str | None:
+    """Fit (unless finished) and measure ``cell``; None when done, else what failed."""
+    from experiments.denoising.measure import measure
+
+    folder = cell.folder(layout.runs)
+    started = time.time()
+    if not (folder / "fit.done").is_file():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        command = fit_command(cell, layout)
+        record = cell_record(cell, layout, command, code)
+        with open(folder.parent / "fit.log", "a") as log:
+            log.write(f"$ {record['command']}\n")
+            log.flush()
+            code_ = subprocess.run(command, cwd=code, env=single_thread_env(code), stdout=log,
+                                   stderr=subprocess.STDOUT).returncode
+        if code_ != 0:
+            return f"fit failed (exit {code_}); log: {folder.parent / 'fit.log'}"
+        record["fit_seconds"] = round(time.time() - started, 1)
+        _write_json(folder / "provenance.json", record)
+        (folder / "fit.done").write_text("")
+    try:
+        result = measure(cell, layout)
+    except Exception as exc:  # noqa: BLE001 - reported with the cell; the other cells go on
+        import traceback
+
+        traceback.print_exc()
+        return f"measuring failed: {type(exc).__name__}: {exc}"
+    provenance = json.loads((folder / "provenance.json").read_text())
+    result["row"].update(commit=provenance["commit"] + ("+dirty" if provenance["dirty"] else ""),
+                         threads=provenance["torch_threads"], fit_seconds=provenance["fit_seconds"])
+    result["provenance"] = provenance
+    _write_json(folder / "cell.json", result)
+    return None
+
+
+def _write_json(path: Path, value: dict) -> None:
+    from dna_video.common.atomic import write_json
+
+    write_json(path, value)

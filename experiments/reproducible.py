@@ -1,0 +1,143 @@
+"""What makes an experiment's run a function of its config, seed and environment: the code it
+ran (a git worktree of one commit, never a tree being edited), one thread, and a record of all
+of it beside the run.
+
+* :func:`tree_state` / :func:`require_clean`: the commit of a checkout and whether it holds
+  uncommitted changes (a runner refuses to start from such a tree unless told);
+* :func:`worktree`: a checkout of one commit under the experiment's folder (``git worktree
+  add --detach``), made once and reused;
+* :func:`single_thread_env`: the environment of a run process: one OpenMP / MKL thread
+  whatever ``--jobs`` is (results must not depend on how many runs share the machine);
+* :func:`environment`: the record: commit, Python, platform, CPU, threads, library versions.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+__all__ = ["TreeState", "tree_state", "require_clean", "worktree", "single_thread_env", "environment",
+           "LIBRARIES"]
+
+#: Distributions whose versions a run records (those that can change a number).
+LIBRARIES = ("torch", "torchvision", "lightning", "torchmetrics", "timm", "einops", "numpy", "scipy", "av",
+             "decord", "jsonargparse", "pytorchvideo")
+
+
+def _git(repo: Path, *args: str, strip: bool = True) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args)} in {repo}: {done.stderr.strip() or 'failed'}")
+    return done.stdout.strip() if strip else done.stdout
+
+
+@dataclass(frozen=True)
+class TreeState:
+    """A checkout: its commit and the paths with uncommitted changes (untracked files that git
+    does not ignore included)."""
+
+    root: Path
+    commit: str
+    changes: tuple[str, ...]
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self.changes)
+
+    @property
+    def label(self) -> str:
+        """The commit as a results file records it: ``<hash>`` or ``<hash>+dirty``."""
+        return self.commit + ("+dirty" if self.dirty else "")
+
+
+def tree_state(repo: Path) -> TreeState:
+    """The commit and the uncommitted changes of the checkout at ``repo``."""
+    root = Path(_git(repo, "rev-parse", "--show-toplevel"))
+    # -z: "XY path" entries split by NUL, unquoted (a rename adds its source as one more entry).
+    entries = _git(root, "status", "--porcelain", "-z", strip=False).split("\0")
+    changes, skip = [], False
+    for entry in entries:
+        if skip or not entry:
+            skip = False
+            continue
+        changes.append(entry[3:])
+        skip = entry[0] in "RC"
+    changes = tuple(changes)
+    return TreeState(root, _git(root, "rev-parse", "HEAD"), changes)
+
+
+def require_clean(repo: Path, allow_dirty: bool, what: str) -> TreeState:
+    """The state of ``repo``; a SystemExit naming the changed files when it has uncommitted
+    changes and ``allow_dirty`` is false (``what``: the command, for the message)."""
+    state = tree_state(repo)
+    if state.dirty and not allow_dirty:
+        shown = ", ".join(state.changes[:5]) + (f" and {len(state.changes) - 5} more" if len(state.changes) > 5 else "")
+        raise SystemExit(
+            f"error: {state.root} has uncommitted changes ({shown}): {what} runs the committed code of "
+            f"{state.commit[:12]} from a worktree, so these edits would not be in its results. Commit them, "
+            "or pass --allow-dirty to run this tree as it is (its rows are then marked '+dirty' and cannot be "
+            "reproduced with --only)"
+        )
+    return state
+
+
+def worktree(repo: Path, commit: str, parent: Path) -> Path:
+    """A checkout of ``commit`` at ``parent/<commit[:12]>`` (created with ``git worktree add
+    --detach`` unless it exists), with the repository's ``.venv`` linked in when there is one."""
+    path = parent / commit[:12]
+    if not (path / ".git").exists():
+        parent.mkdir(parents=True, exist_ok=True)
+        _git(repo, "worktree", "prune")
+        _git(repo, "worktree", "add", "--detach", str(path), commit)
+    head = _git(path, "rev-parse", "HEAD")
+    if head != commit:
+        raise RuntimeError(f"{path} is a worktree of {head[:12]}, not {commit[:12]}; remove it (git worktree remove)")
+    venv = Path(repo) / ".venv"
+    if venv.is_dir() and not (path / ".venv").exists():
+        (path / ".venv").symlink_to(venv.resolve())
+    return path
+
+
+def single_thread_env(code: Path | None = None) -> dict[str, str]:
+    """The environment of one run: one OpenMP / MKL thread, and ``code`` (a worktree) first on
+    the import path so the run imports that checkout's package, not an installed one."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}
+    if code is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(code), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return env
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment(state: TreeState | None = None) -> dict:
+    """What a run's numbers depend on beyond its config and seed: the code (commit), Python,
+    platform, CPU model and cores, the thread count torch uses here, library versions."""
+    import torch
+
+    versions = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    record = {
+        "python": platform.python_version(), "executable": sys.executable, "platform": platform.platform(),
+        "cpu": _cpu_model(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "versions": versions,
+    }
+    if state is not None:
+        record.update(commit=state.commit, dirty=state.dirty, changes=list(state.changes))
+    return record
