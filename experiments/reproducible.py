@@ -59,7 +59,7 @@ def tree_state(repo: Path) -> TreeState:
     """The commit and the uncommitted changes of the checkout at ``repo``."""
     root = Path(_git(repo, "rev-parse", "--show-toplevel"))
     # -z: "XY path" entries split by NUL, unquoted (a rename adds its source as one more entry).
-    entries = _git(root, "status", "--porcelain", "-z", strip=False).split("\0")
+    entries = _git(root, "status", "--porcelain", "-z", "--untracked-files=all", strip=False).split("\0")
     changes, skip = [], False
     for entry in entries:
         if skip or not entry:
@@ -71,10 +71,14 @@ def tree_state(repo: Path) -> TreeState:
     return TreeState(root, _git(root, "rev-parse", "HEAD"), changes)
 
 
-def require_clean(repo: Path, allow_dirty: bool, what: str) -> TreeState:
+def require_clean(repo: Path, allow_dirty: bool, what: str, outputs: tuple[str, ...] = ()) -> TreeState:
     """The state of ``repo``; a SystemExit naming the changed files when it has uncommitted
-    changes and ``allow_dirty`` is false (``what``: the command, for the message)."""
+    changes and ``allow_dirty`` is false (``what``: the command, for the message). Changes
+    under ``outputs`` (paths relative to the repository: the command's own results, rewritten
+    by every run until they are committed) do not count."""
     state = tree_state(repo)
+    changes = tuple(c for c in state.changes if not any(c == o or c.startswith(o.rstrip("/") + "/") for o in outputs))
+    state = TreeState(state.root, state.commit, changes)
     if state.dirty and not allow_dirty:
         shown = ", ".join(state.changes[:5]) + (f" and {len(state.changes) - 5} more" if len(state.changes) > 5 else "")
         raise SystemExit(

@@ -67,6 +67,14 @@ def test_a_dirty_tree_is_refused_naming_the_files(repo):
         require_clean(repo, False, "the runner")
     allowed = require_clean(repo, True, "the runner")
     assert allowed.dirty and allowed.label == state.commit + "+dirty"
+    # The command's own result files do not count (they are rewritten until committed).
+    (repo / "code.py").write_text("x = 1\n")
+    (repo / "new.py").unlink()
+    (repo / "results").mkdir()
+    (repo / "results" / "table.csv").write_text("a\n")
+    assert not require_clean(repo, False, "the runner", outputs=("results/table.csv",)).dirty
+    with pytest.raises(SystemExit, match=r"\(results/table.csv\)"):
+        require_clean(repo, False, "the runner", outputs=("results/other.csv",))
 
 
 def test_worktree_checks_out_the_commit_once(repo, tmp_path):

@@ -192,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if not args.inside:
-        state = require_clean(REPO, args.allow_dirty, "python -m experiments.denoising")
+        outputs = tuple(str(p.relative_to(REPO)) for p in (csv_path, records) if p.is_relative_to(REPO))
+        state = require_clean(REPO, args.allow_dirty, "python -m experiments.denoising", outputs)
         commit = state.commit
         if args.only and not state.dirty:
             row = {report.cell_name(r): r for r in report.read_csv(csv_path)}.get(args.only) if csv_path.is_file() else None
