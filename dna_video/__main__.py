@@ -5,10 +5,11 @@ dna_video`` are this program.
     dna-video {validate,test,predict} --config X # LightningCLI's other subcommands
     dna-video predict CKPT VIDEO...              # classify files with a trained checkpoint
     dna-video predict MODEL.onnx VIDEO...        # the same with an exported model, without PyTorch
+    dna-video predict CKPT|MODEL.onnx SOURCE --stream [--annotate]   # live: a file, URL or camera
     dna-video analyze {maps,subspaces} ...       # attention maps, subspace angles
     dna-video prepare ...                        # scan, validate, transcode a dataset copy
     dna-video checkpoints {inspect,export-hf,export-ref,card} ...
-    dna-video export {onnx,pt2} CKPT OUT         # a deployable model with its data settings inside
+    dna-video export {onnx,pt2} CKPT OUT [--int8] # a deployable model with its data settings inside
     dna-video configs                            # the example configs shipped with the package
 
 ``predict`` is the tool when its first argument is a file (a checkpoint), LightningCLI's
