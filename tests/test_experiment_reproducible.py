@@ -94,3 +94,4 @@ def test_the_run_record_and_environment(tmp_path):
     record = environment()
     assert record["versions"]["torch"].startswith("2.") and record["python"].count(".") == 2
     assert {"cpu", "torch_threads", "platform"} <= set(record)
+    assert record["cpu_capability"] == __import__("torch").backends.cpu.get_cpu_capability()
