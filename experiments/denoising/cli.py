@@ -153,6 +153,13 @@ def _rerun(args: argparse.Namespace, cells: list[Cell], layout: Layout, code: Pa
         print(f"{cell.name}: rerun in {cell.folder(rerun.runs)}; no row in {csv_path} to compare with")
         return 0
     differ = [k for k in report.COLUMNS if k not in TIMING and str(old.get(k, "")) != str(new.get(k, ""))]
+    recorded = csv_path.parent / csv_path.stem / f"{cell.name}.json"
+    if recorded.is_file():  # say so when the data are not the recorded ones: a re-render moves a run
+        then = json.loads(recorded.read_text())["provenance"]
+        now = json.loads((cell.folder(rerun.runs) / "provenance.json").read_text())
+        for key in ("data_sha256", "cpu_capability", "versions"):
+            if then.get(key) != now.get(key):
+                print(f"note: {key} differs from the recorded run's (then {then.get(key)}, now {now.get(key)})")
     if differ:
         print(f"{cell.name}: NOT reproduced; differs in " + ", ".join(f"{k} (csv {old.get(k)!r}, now {new.get(k)!r})"
                                                                       for k in differ))

@@ -113,12 +113,44 @@ def render_data(layout: Layout, names: list[str]) -> None:
             args = layout.set_args(name)
         started = time.time()
         SyntheticDistractors(**args).prepare_data()
-        print(f"data {name}: {args.get('test_root', args['root'])} ({time.time() - started:.0f} s)", flush=True)
+        folders = [Path(args["root"])] + ([Path(args["test_root"])] if "test_root" in args else [])
+        digests = {str(f.relative_to(layout.data)): folder_digest(f) for f in folders}
+        _write_json(layout.data / f"{name}.digest.json", digests)
+        print(f"data {name}: {args.get('test_root', args['root'])} ({time.time() - started:.0f} s; "
+              f"sha256 {', '.join(d[:12] for d in digests.values())})", flush=True)
+
+
+def folder_digest(folder: Path) -> str:
+    """sha256 over the names and bytes of every file of ``folder``: the data a run saw (the
+    first version's renders differed between runs, which alone moved a result 3-18 points)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode() + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def data_digests(cell: Cell, layout: Layout) -> dict:
+    """The digests of the data roots ``cell`` trains and is measured on (from rendering)."""
+    import json
+
+    names = [cell.task] + [s for s in layout.sets_of(cell) if s != "source"]
+    out = {}
+    for name in dict.fromkeys(names):
+        path = layout.data / f"{name}.digest.json"
+        if path.is_file():
+            out.update(json.loads(path.read_text()))
+    return out
 
 
 def cell_record(cell: Cell, layout: Layout, command: list[str], code: Path) -> dict:
     """What produced a cell: the code's commit, the command, the environment, the threads."""
-    return {"cell": cell.name, "command": shlex.join(command), "cwd": str(code), **environment(tree_state(code))}
+    record = {"cell": cell.name, "command": shlex.join(command), "cwd": str(code), **environment(tree_state(code))}
+    record["omp_num_threads"] = single_thread_env()["OMP_NUM_THREADS"]  # the fit's, whatever this process has
+    record["data_sha256"] = data_digests(cell, layout)
+    return record
 
 
 def run_cell(cell: Cell, layout: Layout, code: Path) -> str | None:
