@@ -25,12 +25,16 @@ from dna_video.checkpoints.deploy import (
     read_metadata,
     runtime_metadata,
 )
-from dna_video.models.attention import attention_kind, attention_kinds
+from dna_video.models.attention import attention_kind, attention_kinds, kind_of
 from dna_video.models.timesformer import TimeSformer
+from every_kind import every_kind_timesformer, kind_slots
 
 # One block: the export time is that of the graph (about linear in depth), the kinds' operations
-# are all in one block; TimeSformer-B is tested at depth 2.
+# are all in one block. The parity tests export one model whose blocks hold every kind (one
+# export's fixed cost, not one per kind); TimeSformer-B geometry with two kinds per block.
 TINY = dict(num_classes=5, img_size=32, num_frames=4, patch_size=8, embed_dim=32, depth=1, num_heads=2)
+# The same without depth: a model with every kind has a block per kind (tests/every_kind.py).
+TINY_GEOMETRY = {key: value for key, value in TINY.items() if key != "depth"}
 SETTINGS = dict(num_frames=4, sampling_rate=2, crop_size=32, mean=(0.45, 0.45, 0.45), std=(0.225, 0.225, 0.225))
 
 
@@ -72,20 +76,26 @@ def session(path):
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
-@pytest.fixture(scope="module", params=attention_kinds())
-def exported(request, tmp_path_factory):
-    """Per registered kind: the tiny randomised model, its metadata, and its .onnx and .pt2
-    files made from one torch.export trace."""
-    pytest.importorskip("onnxscript")
-    pytest.importorskip("onnx")
-    kind = request.param
-    net = build(kind)
-    metadata = runtime_metadata(net, SETTINGS, [f"action {i}" for i in range(TINY["num_classes"])], source=kind)
-    folder = tmp_path_factory.mktemp(f"export_{kind}")
-    program = export_program(net, metadata)
-    onnx_path = export_onnx(net, folder / "model.onnx", metadata, program=program)
-    pt2_path = export_pt2(net, folder / "model.pt2", metadata, program=program)
-    return kind, net, metadata, onnx_path, pt2_path
+def every_kind(temporal_first: bool, seed: int = 0, **geometry) -> TimeSformer:
+    """The tiny model (or ``geometry``) with every registered kind in its blocks, two per block
+    (``every_kind.every_kind_timesformer``), randomised: one export checks every kind."""
+    torch.manual_seed(seed)
+    return randomised(every_kind_timesformer(temporal_first, **{**TINY_GEOMETRY, **geometry}), seed)
+
+
+def attention_moves_the_logits(net: TimeSformer, x: torch.Tensor) -> dict[str, float]:
+    """Per attention module of ``net``: how far perturbing its weights moves the logits, over
+    the tolerance of the comparisons (every kind's module must be seen by them)."""
+    before = pytorch_logits(net, x)
+    moved = {}
+    for name in net.attention_modules():
+        perturbed = copy.deepcopy(net)
+        generator = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for p in perturbed.get_submodule(name).parameters():
+                p.add_(torch.randn(p.shape, generator=generator) * 0.5)
+        moved[name] = float(np.abs(pytorch_logits(perturbed, x) - before).max()) / tolerance(before)
+    return moved
 
 
 @pytest.mark.parametrize("kind", attention_kinds())
@@ -104,21 +114,39 @@ def test_temporal_attention_changes_the_output(kind):
     assert np.abs(after - before).max() > 100 * tolerance(before)
 
 
-def test_onnx_runtime_matches_pytorch_at_any_batch(exported):
-    kind, net, _, onnx_path, _ = exported
+def test_every_kind_exports_to_onnx_and_pt2(tmp_path):
+    """One tiny model whose blocks hold every registered kind (one export, not one per kind:
+    the cost is the graph's; each kind in the path it is not in in the TimeSformer-B test
+    below, so the two put every kind in both paths), its .onnx and .pt2 made from one
+    torch.export trace:
+    ONNX Runtime gives PyTorch's logits at batches other than the traced one, the files carry
+    the runtime metadata, and the pt2 archive round-trips. On a failure, export ``build(kind)``
+    of each kind alone to find the one at fault."""
+    pytest.importorskip("onnxscript")
+    onnx = pytest.importorskip("onnx")
+    net = every_kind(temporal_first=True)
+    kinds_in_blocks = [(kind_of(block.attn).name, kind_of(block.temporal_attn).name) for block in net.blocks]
+    assert kinds_in_blocks == kind_slots(temporal_first=True)
+    assert {kind for pair in kinds_in_blocks for kind in pair} == set(attention_kinds())
+    # Every kind's module is seen by the comparisons: perturbing any one moves the logits.
+    moved = attention_moves_the_logits(net, clips(2, seed=3))
+    assert len(moved) == 2 * len(net.blocks) and min(moved.values()) > 100, moved
+
+    metadata = runtime_metadata(net, SETTINGS, [f"action {i}" for i in range(TINY["num_classes"])], source="every kind")
+    program = export_program(net, metadata)
+    onnx_path = export_onnx(net, tmp_path / "model.onnx", metadata, program=program)
+    pt2_path = export_pt2(net, tmp_path / "model.pt2", metadata, program=program)
+
+    # ONNX Runtime matches PyTorch at any batch.
     runtime = session(onnx_path)
     for batch in (1, 3):  # exported with 2: both sides of it
         x = clips(batch, seed=batch)
         reference = pytorch_logits(net, x)
         (logits,) = runtime.run(None, {"video": x.numpy()})
         assert logits.shape == (batch, TINY["num_classes"])
-        np.testing.assert_allclose(logits, reference, rtol=0, atol=tolerance(reference), err_msg=kind)
+        np.testing.assert_allclose(logits, reference, rtol=0, atol=tolerance(reference), err_msg=net.attention)
 
-
-def test_onnx_file_carries_the_runtime_metadata(exported):
-    onnx = pytest.importorskip("onnx")
-    _, _, metadata, onnx_path, _ = exported
-    runtime = session(onnx_path)
+    # The ONNX file carries the runtime metadata.
     properties = runtime.get_modelmeta().custom_metadata_map
     assert {key: json.loads(value) for key, value in properties.items()} == json.loads(json.dumps(metadata))
     assert read_metadata(onnx_path) == json.loads(json.dumps(metadata))
@@ -132,9 +160,7 @@ def test_onnx_file_carries_the_runtime_metadata(exported):
     assert [i.name for i in runtime.get_inputs()] == ["video"]
     assert [o.name for o in runtime.get_outputs()] == ["logits"]
 
-
-def test_pt2_round_trip(exported):
-    kind, net, metadata, _, pt2_path = exported
+    # The pt2 archive round-trips.
     program, loaded = load_pt2(pt2_path)
     assert loaded == json.loads(json.dumps(metadata))
     assert read_metadata(pt2_path) == loaded
@@ -142,25 +168,28 @@ def test_pt2_round_trip(exported):
     reference = pytorch_logits(net, x)
     with torch.no_grad():
         logits = program.module()(x).numpy()
-    np.testing.assert_allclose(logits, reference, rtol=0, atol=tolerance(reference), err_msg=kind)
+    np.testing.assert_allclose(logits, reference, rtol=0, atol=tolerance(reference), err_msg=net.attention)
 
 
-@pytest.mark.parametrize("kind", [
-    # DnA (the paper's model) in every run; each export takes 10-25 s here, the other kinds are slow.
-    pytest.param(kind, marks=() if kind == "dna" else pytest.mark.slow) for kind in attention_kinds()
-])
-def test_timesformer_b_depth2_onnx_parity(kind, tmp_path):
-    """TimeSformer-B geometry (768 wide, 12 heads, 16-pixel patches, 8 x 224 x 224), 2 blocks."""
+B_GEOMETRY = dict(num_classes=10, img_size=224, num_frames=8, patch_size=16, embed_dim=768, num_heads=12)
+
+
+@pytest.mark.slow
+def test_timesformer_b_onnx_parity_with_every_kind(tmp_path):
+    """TimeSformer-B geometry (768 wide, 12 heads, 16-pixel patches, 8 x 224 x 224), its blocks
+    holding every registered kind, two per block (ceil(kinds / 2) blocks), each in the path it
+    is not in in the tiny model above."""
     pytest.importorskip("onnxscript")
-    net = build(kind, num_classes=10, img_size=224, num_frames=8, patch_size=16, embed_dim=768, depth=2,
-                num_heads=12)
+    torch.manual_seed(0)
+    net = every_kind_timesformer(temporal_first=False, **{**TINY_GEOMETRY, **B_GEOMETRY})
     randomised(net, seed=1, scale=0.02)
+    assert {kind_of(m).name for m in net.attention_modules().values()} == set(attention_kinds())
     settings = {**SETTINGS, "num_frames": 8, "crop_size": 224}
     path = export_onnx(net, tmp_path / "b.onnx", runtime_metadata(net, settings))
     x = clips(1, seed=0, frames=8, crop=224)
     reference = pytorch_logits(net, x)
     (logits,) = session(path).run(None, {"video": x.numpy()})
-    np.testing.assert_allclose(logits, reference, rtol=0, atol=tolerance(reference))
+    np.testing.assert_allclose(logits, reference, rtol=0, atol=tolerance(reference), err_msg=net.attention)
 
 
 def test_export_command_on_a_trained_checkpoint(tiny_checkpoint, tmp_path, capsys):
