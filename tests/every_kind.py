@@ -5,29 +5,39 @@ checks every kind at once, and a kind registered later is in it without a new te
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 from dna_video.models.attention import attention_kind, attention_kinds
 from dna_video.models.timesformer import DividedSpaceTimeBlock, TimeSformer
 
 
-def kind_slots(temporal_first: bool = False) -> list[tuple[str, str]]:
-    """The (spatial, temporal) kind of each block: the registered kinds two per block in their
-    order (ceil(kinds / 2) blocks; the first kind again in an odd one out), the first of each
-    pair spatial, or temporal when ``temporal_first``. The two settings together put every kind
-    in both paths."""
+#: How :func:`kind_slots` lays the kinds out over the blocks.
+Layout = Literal["pairs", "swapped_pairs", "cyclic"]
+
+
+def kind_slots(layout: Layout = "pairs") -> list[tuple[str, str]]:
+    """The (spatial, temporal) kind of each block. ``pairs``: the registered kinds two per block
+    in their order (ceil(kinds / 2) blocks; the first kind again in an odd one out), the first
+    of each pair spatial; ``swapped_pairs``: the same with the paths swapped (the two together
+    put every kind in both paths); ``cyclic``: one block per kind, block i spatial ``kinds[i]``
+    and temporal ``kinds[i + 1]`` (every kind in both paths of one model)."""
     kinds = attention_kinds()
+    if layout == "cyclic":
+        return [(kinds[i], kinds[(i + 1) % len(kinds)]) for i in range(len(kinds))]
     slots = [kinds[j % len(kinds)] for j in range(2 * math.ceil(len(kinds) / 2))]
     pairs = list(zip(slots[0::2], slots[1::2]))
-    return [(b, a) for a, b in pairs] if temporal_first else pairs
+    if layout == "swapped_pairs":
+        return [(temporal, spatial) for spatial, temporal in pairs]
+    assert layout == "pairs", layout
+    return pairs
 
 
-def every_kind_timesformer(temporal_first: bool = False, **geometry: Any) -> TimeSformer:
+def every_kind_timesformer(layout: Layout = "pairs", **geometry: Any) -> TimeSformer:
     """A TimeSformer of ``geometry`` (TimeSformer's arguments but depth and the attention kinds)
     with the blocks of :func:`kind_slots`, each built as TimeSformer builds its blocks (each
     kind's ``all_blocks_kwargs``, its layer index, the model's initialisation). ``attention``
     names the blocks' kinds. Not randomised: ``temporal_fc`` starts at zero as in any model."""
-    slots = kind_slots(temporal_first)
+    slots = kind_slots(layout)
     geometry = {"drop_path_rate": 0.0, **geometry}
     # The blocks below are built with TimeSformer's defaults for these.
     assert not {"mlp_ratio", "qkv_bias", "drop_rate", "attn_drop_rate", "norm_eps"} & set(geometry), geometry

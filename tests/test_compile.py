@@ -13,21 +13,27 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from dna_video.models.attention import attention_kind, attention_kinds
-from dna_video.models.timesformer import timesformer
+from dna_video.models.attention import attention_kind, attention_kinds, kind_of
+from dna_video.models.timesformer import PRESETS, timesformer
+from every_kind import every_kind_timesformer, kind_slots
 
-# DnA (the paper's model) in every run; each kind's compilation takes 5-15 s on 2 cores (dynamo's
-# tracing and AOT autograd's, not the backend), so the other kinds are slow.
-KINDS = [pytest.param(kind, marks=() if kind == "dna" else pytest.mark.slow) for kind in attention_kinds()]
+GEOMETRY = dict(num_classes=5, img_size=32, num_frames=4)
 
 
 def randomised(kind: str) -> nn.Module:
-    """A 2-block tiny TimeSformer of ``kind`` in every block (cog would keep softmax in both
-    blocks of 2 without its ``all_blocks_kwargs``), 17 spatial tokens (the fused attention path
-    in training) and 4 frames (the explicit path), every weight perturbed."""
+    """A tiny TimeSformer, 17 spatial tokens (the fused attention path in training) and 4
+    frames (the explicit path), every weight perturbed. ``kind`` in both blocks of 2 (cog would
+    keep softmax in both blocks of 2 without its ``all_blocks_kwargs``), or ``every kind``: one
+    block per registered kind, each kind in both paths (``every_kind.kind_slots("cyclic")``):
+    one compilation checks every kind (it costs about a second per block, plus a fixed part that
+    was most of each kind's 5-15 s on 2 cores when each kind had its own)."""
     torch.manual_seed(0)
-    net = timesformer("tiny", num_classes=5, img_size=32, num_frames=4, depth=2, attention=kind,
-                      attention_kwargs=dict(attention_kind(kind).all_blocks_kwargs), drop_path_rate=0.0)
+    if kind == "every kind":
+        tiny = {key: value for key, value in PRESETS["tiny"].items() if key != "depth"}
+        net = every_kind_timesformer("cyclic", **tiny, **GEOMETRY)
+    else:
+        net = timesformer("tiny", **GEOMETRY, depth=2, attention=kind,
+                          attention_kwargs=dict(attention_kind(kind).all_blocks_kwargs), drop_path_rate=0.0)
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for p in net.parameters():
@@ -64,20 +70,23 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_compiled_fullgraph_matches_eager_and_compiles_once(kind, fresh_dynamo):
-    eager = randomised(kind)
+def test_compiled_fullgraph_matches_eager_and_compiles_once(fresh_dynamo):
+    eager = randomised("every kind")
+    assert [(kind_of(b.attn).name, kind_of(b.temporal_attn).name) for b in eager.blocks] == kind_slots("cyclic")
+    assert {kind_of(m).name for m in eager.attention_modules().values()} == set(attention_kinds())
     video = torch.randn(2, 3, 4, 32, 32, generator=torch.Generator().manual_seed(2))
     out_grad = torch.randn(2, 5, generator=torch.Generator().manual_seed(3))
 
-    # The temporal attention is part of what is compared.
+    # Every block's temporal attention (every kind's, in the explicit path) is part of what is
+    # compared.
     with torch.no_grad():
         before = eager(video)
-        perturbed = copy.deepcopy(eager)
-        for name, p in perturbed.named_parameters():
-            if ".temporal_attn." in name:
-                p.add_(torch.randn_like(p) * 0.05)
-        assert relative_change(perturbed(video), before) > 1e-3
+        for block in range(len(eager.blocks)):
+            perturbed = copy.deepcopy(eager)
+            for name, p in perturbed.named_parameters():
+                if name.startswith(f"blocks.{block}.temporal_attn."):
+                    p.add_(torch.randn_like(p) * 0.05)
+            assert relative_change(perturbed(video), before) > 1e-3, eager.blocks[block].temporal_attn
 
     # In place, as ``--model.network.compile true`` does: parameter names and state-dict keys
     # unchanged, so checkpoints of compiled and eager runs are interchangeable.

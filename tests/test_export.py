@@ -27,7 +27,7 @@ from dna_video.checkpoints.deploy import (
 )
 from dna_video.models.attention import attention_kind, attention_kinds, kind_of
 from dna_video.models.timesformer import TimeSformer
-from every_kind import every_kind_timesformer, kind_slots
+from every_kind import Layout, every_kind_timesformer, kind_slots
 
 # One block: the export time is that of the graph (about linear in depth), the kinds' operations
 # are all in one block. The parity tests export one model whose blocks hold every kind (one
@@ -76,11 +76,11 @@ def session(path):
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
-def every_kind(temporal_first: bool, seed: int = 0, **geometry) -> TimeSformer:
+def every_kind(layout: Layout, seed: int = 0, **geometry) -> TimeSformer:
     """The tiny model (or ``geometry``) with every registered kind in its blocks, two per block
     (``every_kind.every_kind_timesformer``), randomised: one export checks every kind."""
     torch.manual_seed(seed)
-    return randomised(every_kind_timesformer(temporal_first, **{**TINY_GEOMETRY, **geometry}), seed)
+    return randomised(every_kind_timesformer(layout, **{**TINY_GEOMETRY, **geometry}), seed)
 
 
 def attention_moves_the_logits(net: TimeSformer, x: torch.Tensor) -> dict[str, float]:
@@ -124,9 +124,9 @@ def test_every_kind_exports_to_onnx_and_pt2(tmp_path):
     of each kind alone to find the one at fault."""
     pytest.importorskip("onnxscript")
     onnx = pytest.importorskip("onnx")
-    net = every_kind(temporal_first=True)
+    net = every_kind("swapped_pairs")
     kinds_in_blocks = [(kind_of(block.attn).name, kind_of(block.temporal_attn).name) for block in net.blocks]
-    assert kinds_in_blocks == kind_slots(temporal_first=True)
+    assert kinds_in_blocks == kind_slots("swapped_pairs")
     assert {kind for pair in kinds_in_blocks for kind in pair} == set(attention_kinds())
     # Every kind's module is seen by the comparisons: perturbing any one moves the logits.
     moved = attention_moves_the_logits(net, clips(2, seed=3))
@@ -181,7 +181,7 @@ def test_timesformer_b_onnx_parity_with_every_kind(tmp_path):
     is not in in the tiny model above."""
     pytest.importorskip("onnxscript")
     torch.manual_seed(0)
-    net = every_kind_timesformer(temporal_first=False, **{**TINY_GEOMETRY, **B_GEOMETRY})
+    net = every_kind_timesformer("pairs", **{**TINY_GEOMETRY, **B_GEOMETRY})
     randomised(net, seed=1, scale=0.02)
     assert {kind_of(m).name for m in net.attention_modules().values()} == set(attention_kinds())
     settings = {**SETTINGS, "num_frames": 8, "crop_size": 224}
