@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["TreeState", "tree_state", "require_clean", "worktree", "single_thread_env", "environment",
+__all__ = ["TreeState", "tree_state", "require_clean", "resolve_commit", "worktree", "single_thread_env", "environment",
            "LIBRARIES"]
 
 #: Distributions whose versions a run records (those that can change a number).
@@ -88,6 +88,11 @@ def require_clean(repo: Path, allow_dirty: bool, what: str, outputs: tuple[str, 
             "reproduced with --only)"
         )
     return state
+
+
+def resolve_commit(repo: Path, rev: str) -> str:
+    """The full hash of ``rev`` (a hash, a branch, ``HEAD``...) in ``repo``."""
+    return _git(repo, "rev-parse", "--verify", f"{rev}^{{commit}}")
 
 
 def worktree(repo: Path, commit: str, parent: Path) -> Path:

@@ -9,7 +9,8 @@ import pytest
 from scipy import stats as scipy_stats
 
 from experiments.denoising.stats import minimum_detectable_effect, paired, pairs_needed
-from experiments.reproducible import environment, require_clean, single_thread_env, tree_state, worktree
+from experiments.reproducible import (environment, require_clean, resolve_commit, single_thread_env, tree_state,
+                                      worktree)
 
 
 def test_paired_matches_scipy_and_the_written_out_interval():
@@ -85,6 +86,7 @@ def test_worktree_checks_out_the_commit_once(repo, tmp_path):
     assert (path / "code.py").read_text() == "x = 1\n"  # the recorded commit, not HEAD
     assert tree_state(path).commit == first and not tree_state(path).dirty
     assert worktree(repo, first, tmp_path / "code") == path  # reused
+    assert resolve_commit(repo, "HEAD~1") == first and resolve_commit(repo, first[:8]) == first
 
 
 def test_the_run_record_and_environment(tmp_path):

@@ -14,7 +14,8 @@ plan (primary comparison, test, alpha, power, n) is ``experiments/denoising_plan
 the runs mean: ``docs/denoising.md``.
 
 Every run is a function of its config, pair seed and environment: the runner refuses a checkout
-with uncommitted changes (``--allow-dirty`` runs it as it is, rows marked ``+dirty``), makes a
+with uncommitted changes (``--allow-dirty`` runs it as it is, rows marked ``+dirty``; ``--at
+REV`` runs that commit whatever the checkout holds), makes a
 git worktree of the commit under ``<out>/code/`` and runs everything from there (rendering, fits,
 measures), each fit a process of its own with one thread whatever ``--jobs`` is. Each run folder
 holds ``provenance.json`` (commit, command, library versions, threads) and ``cell.json`` (its
@@ -38,7 +39,7 @@ from pathlib import Path
 from experiments.denoising import design, report
 from experiments.denoising.design import REPO, RESULTS, Cell
 from experiments.denoising.runs import Layout, render_data, run_cell
-from experiments.reproducible import require_clean, single_thread_env, tree_state, worktree
+from experiments.reproducible import require_clean, resolve_commit, single_thread_env, tree_state, worktree
 
 #: Columns that differ between two runs of the same cell by design (time, place).
 TIMING = ("fit_seconds",)
@@ -58,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", default=None, metavar="CELL",
                         help="rerun one cell (group/label/seedN) and compare it with its CSV row")
     parser.add_argument("--allow-dirty", action="store_true", help="run a checkout with uncommitted changes as it is")
+    parser.add_argument("--at", default=None, metavar="REV",
+                        help="run the committed code of REV (e.g. HEAD) from its worktree, whatever this checkout "
+                             "holds uncommitted")
     parser.add_argument("--quick", action="store_true", help="a tiny grid (small videos, one epoch, few cells)")
     parser.add_argument("--calibrate", action="store_true",
                         help="fit the calibration cell (softmax fine-tuned on the cue regime) and print its accuracy")
@@ -200,7 +204,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.inside:
         outputs = tuple(str(p.relative_to(REPO)) for p in (csv_path, records) if p.is_relative_to(REPO))
-        state = require_clean(REPO, args.allow_dirty, "python -m experiments.denoising", outputs)
+        if args.at:  # an explicit commit: its worktree is clean whatever this checkout holds
+            state = tree_state(REPO)
+            state = type(state)(state.root, resolve_commit(REPO, args.at), ())
+        else:
+            state = require_clean(REPO, args.allow_dirty, "python -m experiments.denoising", outputs)
         commit = state.commit
         if args.only and not state.dirty:
             row = {report.cell_name(r): r for r in report.read_csv(csv_path)}.get(args.only) if csv_path.is_file() else None
@@ -212,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                 commit = row["commit"]
         if not state.dirty:
             rest = [a for a in argv if a not in ("--allow-dirty",)]
-            return _in_worktree(_without(rest, ("--out", "--csv", "--plan")), commit, out, csv_path, plan_path)
+            return _in_worktree(_without(rest, ("--out", "--csv", "--plan", "--at")), commit, out, csv_path, plan_path)
         code = state.root
     else:
         code = tree_state(Path.cwd()).root
