@@ -1,9 +1,11 @@
 """A run protects the user's work: divergence stops, resume resumes, errors at the right place.
 
-Processes that must die (divergence, SIGKILL, SIGTERM) run as real subprocesses of
-``python cli.py``; the rest runs in-process.
+Processes that must die (SIGKILL, SIGTERM) run as real subprocesses of ``python cli.py``; the
+rest runs in-process (``cli.console_main``, what ``python cli.py`` runs: its exit status and
+stderr), the runs a killed one is compared with included.
 """
 
+import logging
 import os
 import signal
 import subprocess
@@ -223,16 +225,16 @@ def finite_checkpoint(path):
 
 
 @pytest.mark.slow
-def test_divergence_stops_the_process_and_keeps_the_last_good_checkpoint(synthetic_root, tmp_path):
+def test_divergence_stops_the_process_and_keeps_the_last_good_checkpoint(synthetic_root, tmp_path, capsys):
     # A sane epoch 0, then the schedule multiplies the learning rate by 1e12: SGD diverges.
-    result = cli("fit", *tiny_args(synthetic_root, tmp_path, "--trainer.max_epochs=3", "--trainer.limit_train_batches=3",
-                                   "--model.optimizer=torch.optim.SGD", "--model.optimizer.init_args.lr=0.01",
-                                   "--model.lr_scheduler=torch.optim.lr_scheduler.MultiStepLR",
-                                   "--model.lr_scheduler.init_args.milestones=[1]",
-                                   "--model.lr_scheduler.init_args.gamma=1e12"))
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "error: NonFiniteError: training diverged" in result.stderr and "Traceback" not in result.stderr
-    message = result.stderr[result.stderr.index("training diverged"):]
+    code, stderr = console(capsys, "fit", *tiny_args(
+        synthetic_root, tmp_path, "--trainer.max_epochs=3", "--trainer.limit_train_batches=3",
+        "--model.optimizer=torch.optim.SGD", "--model.optimizer.init_args.lr=0.01",
+        "--model.lr_scheduler=torch.optim.lr_scheduler.MultiStepLR", "--model.lr_scheduler.init_args.milestones=[1]",
+        "--model.lr_scheduler.init_args.gamma=1e12"))
+    assert code == 1, stderr[-3000:]
+    assert "error: NonFiniteError: training diverged" in stderr and "Traceback" not in stderr
+    message = stderr[stderr.index("training diverged"):]
     assert "at epoch 1, step " in message and ".mp4" in message
     checkpoints = tmp_path / "exp" / "version_0" / "checkpoints"
     ok, last = finite_checkpoint(checkpoints / "last.ckpt")
@@ -243,24 +245,26 @@ def test_divergence_stops_the_process_and_keeps_the_last_good_checkpoint(synthet
 
 
 @pytest.mark.slow
-def test_sigkill_mid_epoch_then_ckpt_path_last_reaches_the_uninterrupted_result(synthetic_root, tmp_path):
+def test_sigkill_mid_epoch_then_ckpt_path_last_reaches_the_uninterrupted_result(synthetic_root, tmp_path, capsys,
+                                                                                caplog, restore_determinism):
     args = ["--trainer.max_epochs=3", "--trainer.limit_train_batches=3", "--trainer.deterministic=true",
             "--trainer.logger.init_args.flush_logs_every_n_steps=1"]  # epoch 0's rows on disk before the kill
     logs = tmp_path / "killed"
-    # The uninterrupted run and the killed one, started together (independent runs).
-    straight = cli_process("fit", *tiny_args(synthetic_root, tmp_path / "straight", *args))
-    # Step 4 is the second batch of epoch 1: last.ckpt holds epoch 0.
+    # The killed run in its own process (step 4 is the second batch of epoch 1: last.ckpt holds
+    # epoch 0) and, meanwhile, the uninterrupted one in this process; the resumed run here too.
+    # The same thread count in both processes (conftest), the same kernels: the same bits.
     killed = cli_process("fit", *tiny_args(synthetic_root, logs, *args, "--trainer.callbacks+=run_helpers.SignalAt",
                                            "--trainer.callbacks.init_args.step=4"))
-    straight_err = straight.communicate(timeout=600)[1]
-    assert straight.returncode == 0, straight_err[-3000:]
-    killed.communicate(timeout=600)
-    assert killed.returncode == -signal.SIGKILL
+    code, stderr = console(capsys, "fit", *tiny_args(synthetic_root, tmp_path / "straight", *args))
+    assert code in (0, None), stderr[-3000:]
+    killed_err = killed.communicate(timeout=600)[1]
+    assert killed.returncode == -signal.SIGKILL, killed_err[-3000:]
     assert torch.load(logs / "exp" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
     (logs / "exp" / "version_1").mkdir()  # a newer folder number of another kind: not the run
-    resumed = cli("fit", *tiny_args(synthetic_root, logs, *args, "--ckpt_path", "last"))
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "continuing" in resumed.stderr
+    with caplog.at_level(logging.INFO, logger="dna_video"):
+        code, stderr = console(capsys, "fit", *tiny_args(synthetic_root, logs, *args, "--ckpt_path", "last"))
+    assert code in (0, None), stderr[-3000:]
+    assert "continuing" in caplog.text
 
     run = logs / "exp" / "version_0"
     final = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
@@ -297,13 +301,26 @@ def test_sigterm_saves_a_resumable_checkpoint_and_exits_cleanly(synthetic_root, 
 
 
 def console(capsys, *args):
-    """``python cli.py ARGS`` in this process: (exit status, stderr)."""
+    """``python cli.py ARGS`` in this process: (exit status, stderr); status None for a run that
+    returned without ``sys.exit``."""
     from dna_video.training.cli import console_main
 
     capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
+    try:
         console_main(list(args))
-    return exit_info.value.code, capsys.readouterr().err
+        code = None
+    except SystemExit as exit_info:
+        code = exit_info.code
+    return code, capsys.readouterr().err
+
+
+@pytest.fixture
+def restore_determinism():
+    """``--trainer.deterministic=true`` in this process switches torch's deterministic
+    algorithms on for good: back as they were after the test."""
+    before = torch.are_deterministic_algorithms_enabled()
+    yield
+    torch.use_deterministic_algorithms(before)
 
 
 @pytest.mark.slow
