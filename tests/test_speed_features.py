@@ -42,8 +42,9 @@ def test_compile_keeps_parameter_names_and_outputs(monkeypatch):
     monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: real(self, **{"backend": "aot_eager", **kw}))
     torch.manual_seed(0)
     kwargs = dict(num_classes=5, num_frames=4, img_size=32)
-    compiled = VideoClassifier(network=TimeSformerSpec(arch="tiny", compile=True), **kwargs)
-    eager = VideoClassifier(network=TimeSformerSpec(arch="tiny"), **kwargs)
+    # One block: what is checked (names, outputs) does not depend on depth; tracing time does.
+    compiled = VideoClassifier(network=TimeSformerSpec(arch="tiny", depth=1, compile=True), **kwargs)
+    eager = VideoClassifier(network=TimeSformerSpec(arch="tiny", depth=1), **kwargs)
     # Checkpoints of a compiled run load into an eager model and back: same keys.
     assert list(compiled.state_dict()) == list(eager.state_dict())
     eager.load_state_dict(compiled.state_dict())
