@@ -104,12 +104,14 @@ def test_quick_grid_end_to_end_jobs_and_only(tmp_path, capsys):
     assert "10 cells, 10 finished" in capsys.readouterr().out
 
 
-def test_readme_report_is_the_table_of_the_committed_results():
+def test_readme_and_docs_report_the_tables_of_the_committed_results():
     results = design.RESULTS / "denoising.csv"
     if not results.is_file():
         pytest.skip("no committed results yet")
     plan = design.load_plan()
-    assert report.table(report.read_csv(results), plan) in (REPO / "README.md").read_text()
+    rows = report.read_csv(results)
+    assert report.comparison_table(rows, plan) in (REPO / "README.md").read_text()
+    assert report.arms_table(rows) in (REPO / "docs" / "denoising.md").read_text()
 
 
 def test_the_plan_was_committed_before_the_primary_runs():

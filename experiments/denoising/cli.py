@@ -119,11 +119,21 @@ def _run_grid(cells: list[Cell], layout: Layout, code: Path, jobs: int, hours: f
         print(f"[{time.time() - started:7.0f} s] {cell.name}: {error or 'done'}", flush=True)
         on_done()
 
-    first = [c for c in cells if c.start is None]
-    second = [c for c in cells if c.start is not None]
-    for stage in (first, second):
-        with ThreadPoolExecutor(max(jobs, 1)) as pool:
-            list(pool.map(work, stage))
+    # In the design's order (the primary before the exploratory runs); a run waits for its start,
+    # which the order puts earlier, so it is already running or done: no worker waits on a queued one.
+    futures = {}
+    with ThreadPoolExecutor(max(jobs, 1)) as pool:
+        for cell in cells:
+            start = futures.get(cell.start)
+
+            def job(cell=cell, start=start):
+                if start is not None:
+                    start.result()
+                work(cell)
+
+            futures[cell] = pool.submit(job)
+    for future in futures.values():
+        future.result()
     return failures
 
 

@@ -91,8 +91,9 @@ def _pretrain(variant: str, seed: int) -> Cell:
 
 
 def cells(plan: dict, quick: bool = False, calibration: bool = False) -> list[Cell]:
-    """Every run of the grid in an order where a run's start comes before it: pretraining,
-    pilot, primary (only once the plan states its number of pairs), exploratory."""
+    """Every run of the grid in the order it runs, a run's start before it: the softmax
+    pretraining, pilot, primary (only once the plan states its number of pairs), then the
+    exploratory runs."""
     primary = plan["primary"]
     pilot = plan["pilot"]
     explore = plan["exploratory"]
@@ -100,7 +101,7 @@ def cells(plan: dict, quick: bool = False, calibration: bool = False) -> list[Ce
     seeds = range(QUICK["seeds"] if quick else explore["seeds"])
     pretrain_seeds = range(QUICK["pretrain_seeds"] if quick else explore["dna_pretrain_seeds"])
     start = _pretrain("softmax", 0)
-    out = [start] + [_pretrain("dna", s) for s in pretrain_seeds]
+    out = [start]
     if calibration:
         spec = plan["calibration"]
         return [start] + [Cell(f"calibrate{i}", "softmax", spec["run_seed"], start, task=f"calibrate{i}")
@@ -116,7 +117,9 @@ def cells(plan: dict, quick: bool = False, calibration: bool = False) -> list[Ce
         for s in seeds:
             others = [other for other in explore["dna_inits"] if other != init]
             out += [Cell("finetune_init", "dna", s, start, other) for other in others[:1 if quick else None]]
-            out.append(Cell("dna_pretrained", "dna", s, _pretrain("dna", s % len(pretrain_seeds))))
+    out += [_pretrain("dna", s) for s in pretrain_seeds]
+    if pairs:
+        out += [Cell("dna_pretrained", "dna", s, _pretrain("dna", s % len(pretrain_seeds))) for s in seeds]
     for s in seeds:
         variants = explore["scratch_variants"]
         out += [Cell("scratch", variant, s) for variant in (variants[::2] if quick else variants)]

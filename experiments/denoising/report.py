@@ -109,7 +109,12 @@ def comparison_rows(rows: list[dict], plan: dict) -> list[dict]:
 
 
 def table(rows: list[dict], plan: dict) -> str:
-    """The report: one line per comparison (points), then the per-group means of every measure."""
+    """The report: one line per comparison (points), then the per-arm means of every measure."""
+    return comparison_table(rows, plan) + "\n\n" + arms_table(rows)
+
+
+def comparison_table(rows: list[dict], plan: dict) -> str:
+    """One line per comparison of the design (the README's table)."""
     lines = [
         "Paired differences a - b (percentage points) over the pair seeds both arms have; 95% t-interval, "
         "two-sided paired t-test p, minimum detectable effect (80% power, alpha 0.05) and the correlation of "
@@ -134,14 +139,19 @@ def table(rows: list[dict], plan: dict) -> str:
             f"| {name} | {metric} | {result.n} | {_points(item['a_mean'], False)} | {_points(item['b_mean'], False)} "
             f"| {_points(result.mean)} [{_points(result.low)}, {_points(result.high)}]{verdict} | {result.p:.3f} "
             f"| {_points(result.mde, False)} | {corr} |")
-    lines += ["", "Per arm, mean over pair seeds (top-1 and rates in %; mass ratio: share of the cls token's spatial "
-              "attention on a region over the region's share of the patches, 1 = uniform; means over blocks and heads).",
-              "", "| group | arm | runs | in-dist. top-1 | shifted top-1 | follows the cue (shifted) | negative off "
-              "(shifted) | actor ratio +/- | distractor ratio +/- | corr(+, -) | cos(q+, -q-) | ‖neg‖/‖pos‖ |",
-              "|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|"]
+    return "\n".join(lines)
+
+
+def arms_table(rows: list[dict]) -> str:
+    """Per arm, the means over its pair seeds of every measure, and the pretraining runs."""
+    lines = ["Per arm, mean over pair seeds (top-1 and rates in %; mass ratio: share of the cls token's spatial "
+             "attention on a region over the region's share of the patches, 1 = uniform; means over blocks and heads).",
+             "", "| group | arm | runs | in-dist. top-1 | shifted top-1 | follows the cue (shifted) | negative off "
+             "(shifted) | actor ratio +/- | distractor ratio +/- | corr(+, -) | cos(q+, -q-) | ‖neg‖/‖pos‖ |",
+             "|---|---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|"]
     groups: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
-        if row["task"] == "target" and row["group"] != "calibrate":
+        if row["task"] == "target":
             groups.setdefault((row["group"], label_of(row)), []).append(row)
 
     def mean(group_rows: list[dict], key: str, scale: float = 100.0, digits: int = 1) -> str:
