@@ -89,6 +89,7 @@ STDERR = [  # of predict on the ORDER files
 ]
 
 
+@pytest.mark.slow
 def test_predict_names_each_bad_file_in_one_line_and_counts_short_videos(checkpoint, bad, tmp_path):
     """The command as a user runs it (a subprocess: its whole standard error is checked)."""
     out = tmp_path / "pred.json"
