@@ -15,7 +15,8 @@ def labels_match(dm, batch):
     return [dm.class_names[i] for i in batch["label"].tolist()] == names
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+# A spawned worker imports torch again (5 s of CPU): slow.
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_workers_decode_with_fork_and_spawn_and_persist_across_epochs(smarthome_tree, context):
     root, _ = smarthome_tree
     dm = ToyotaSmarthome(
