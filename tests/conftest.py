@@ -16,6 +16,24 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (``-n 2``), a worker takes one test at a time (``--maxschedchunk=1``
+    unless given): with the slow tests first (below), the long tests start early on whichever
+    worker is free and the short ones even the two workers out at the end, instead of one long
+    test ending the run alone. (Set here, not in pyproject's addopts: a pytest without
+    pytest-xdist, as on the GPU machine, would refuse the option.)"""
+    if getattr(config.option, "maxschedchunk", 1) is None:
+        config.option.maxschedchunk = 1
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, the slow tests first (in file order), then the rest (see
+    :func:`pytest_configure`). Every worker sorts its collection the same way (xdist requires
+    the same order); a run without xdist keeps file order."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def synthetic_root(tmp_path_factory):
     """The synthetic Smarthome-layout dataset with one video per (subject, class):
