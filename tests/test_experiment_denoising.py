@@ -57,7 +57,7 @@ def _rows(path: Path) -> dict[str, dict]:
 
 
 @pytest.mark.slow
-def test_quick_grid_end_to_end_jobs_and_only(tmp_path, capsys):
+def test_quick_grid_end_to_end_jobs_and_only(tmp_path, capfd):
     out = tmp_path / "dn"
     assert main(["--quick", "--out", str(out), "--jobs", "2", "--allow-dirty"]) == 0
     rows = _rows(out / "denoising.csv")
@@ -95,15 +95,15 @@ def test_quick_grid_end_to_end_jobs_and_only(tmp_path, capsys):
                {k: v for k, v in rows[name].items() if k not in TIMING}, name
 
     # --only reruns one cell (its start reused) and finds its row again.
-    capsys.readouterr()
+    capfd.readouterr()  # capfd: from a clean clone the rerun prints from its worktree process
     assert main(["--quick", "--out", str(out), "--allow-dirty", "--only", "primary/dna_random/seed1"]) == 0
-    assert "primary/dna_random/seed1: reproduced" in capsys.readouterr().out
+    assert "primary/dna_random/seed1: reproduced" in capfd.readouterr().out
 
     # The report is --table's, and a finished grid has nothing left to run.
     assert main(["--quick", "--out", str(out), "--table"]) == 0
-    assert capsys.readouterr().out.strip() == report.table(report.read_csv(out / "denoising.csv"), plan).strip()
+    assert capfd.readouterr().out.strip() == report.table(report.read_csv(out / "denoising.csv"), plan).strip()
     assert main(["--quick", "--out", str(out), "--dry-run"]) == 0
-    assert "10 cells, 10 finished" in capsys.readouterr().out
+    assert "10 cells, 10 finished" in capfd.readouterr().out
 
 
 def test_readme_and_docs_report_the_tables_of_the_committed_results():
