@@ -243,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         return _rerun(args, cells, layout, code, csv_path)
     needed = sorted({c.task for c in cells} | {s for c in cells for s in layout.sets_of(c)} - {"source"})
     render_data(layout, needed)
-    all_cells = design.cells(plan, args.quick)  # the CSV holds every finished cell of the plan
+    # The CSV holds every finished cell of the plan, the calibration's included.
+    all_cells = list(dict.fromkeys(design.cells(plan, args.quick) + design.cells(plan, args.quick, calibration=True)))
 
     def write_results() -> None:
         report.write_results(all_cells + [c for c in cells if c not in all_cells], layout, csv_path, records)
