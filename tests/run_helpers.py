@@ -1,9 +1,13 @@
-"""Shared by the run tests: the command-line options of a tiny quickstart run, and a callback
-that makes a training subprocess die at a chosen step (given on the command line:
---trainer.callbacks+=run_helpers.SignalAt)."""
+"""Shared by the run tests: the command-line options of a tiny quickstart run, a callback
+that makes a training process die at a chosen step (given on the command line:
+--trainer.callbacks+=run_helpers.SignalAt), and ``python cli.py`` in a forked process."""
 
+import multiprocessing
 import os
 import signal
+import sys
+from multiprocessing.process import BaseProcess
+from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
@@ -53,3 +57,24 @@ def tiny_run_args(root, log_dir, *extra):
         "--trainer.enable_model_summary=false",
         *extra,
     ]
+
+
+def forked_cli(args: list[str], output: Path) -> BaseProcess:
+    """``python cli.py ARGS`` (``cli.console_main``) in a forked copy of this process: a
+    process of its own (its signals, exit status and files), without the seconds of CPU a new
+    interpreter spends importing torch and Lightning. Its standard output and error go to the
+    file ``output``. Started, not waited for: ``join()``, then ``exitcode`` (-N: killed by
+    signal N; 1: an exception, its traceback in ``output``)."""
+    process = multiprocessing.get_context("fork").Process(target=_console_main_into, args=(list(args), str(output)))
+    process.start()
+    return process
+
+
+def _console_main_into(args: list[str], output: str) -> None:
+    from dna_video.training.cli import console_main
+
+    stream = open(output, "w", buffering=1)
+    for fd in (1, 2):  # C-level output too
+        os.dup2(stream.fileno(), fd)
+    sys.stdout = sys.stderr = stream
+    console_main(args)
