@@ -1,8 +1,9 @@
 """A run protects the user's work: divergence stops, resume resumes, errors at the right place.
 
-Processes that must die (SIGKILL, SIGTERM) run as real subprocesses of ``python cli.py``; the
-rest runs in-process (``cli.console_main``, what ``python cli.py`` runs: its exit status and
-stderr), the runs a killed one is compared with included.
+A process that must die runs on its own: SIGTERM as a real subprocess of ``python cli.py``,
+SIGKILL in a forked copy of the test process (``run_helpers.forked_cli``: no second start-up
+of torch and Lightning). The rest runs in-process (``cli.console_main``, what ``python cli.py``
+runs: its exit status and stderr), the runs a killed one is compared with included.
 """
 
 import logging
@@ -18,7 +19,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from dna_video.training.callbacks.guard import NonFiniteError, NonFiniteGuard
-from run_helpers import short_run_args
+from run_helpers import forked_cli, short_run_args
 from dna_video.training.runs import AtomicCheckpointIO, Experiment, RestoreError, compare_hparams, find_latest_run, record_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -209,13 +210,6 @@ def cli(*args, **kwargs):
                           timeout=600, **kwargs)
 
 
-def cli_process(*args):
-    """``python cli.py ARGS`` started, not waited for."""
-    env = {**os.environ, "PYTHONPATH": f"{REPO / 'tests'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.Popen([sys.executable, "cli.py", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
 tiny_args = short_run_args
 
 
@@ -250,15 +244,15 @@ def test_sigkill_mid_epoch_then_ckpt_path_last_reaches_the_uninterrupted_result(
     args = ["--trainer.max_epochs=3", "--trainer.limit_train_batches=3", "--trainer.deterministic=true",
             "--trainer.logger.init_args.flush_logs_every_n_steps=1"]  # epoch 0's rows on disk before the kill
     logs = tmp_path / "killed"
-    # The killed run in its own process (step 4 is the second batch of epoch 1: last.ckpt holds
-    # epoch 0) and, meanwhile, the uninterrupted one in this process; the resumed run here too.
-    # The same thread count in both processes (conftest), the same kernels: the same bits.
-    killed = cli_process("fit", *tiny_args(synthetic_root, logs, *args, "--trainer.callbacks+=run_helpers.SignalAt",
-                                           "--trainer.callbacks.init_args.step=4"))
+    # The killed run in a process of its own, forked (step 4 is the second batch of epoch 1:
+    # last.ckpt holds epoch 0), meanwhile the uninterrupted one in this process; the resumed run
+    # here too. The same thread count in both processes, the same kernels: the same bits.
+    killed = forked_cli(["fit", *tiny_args(synthetic_root, logs, *args, "--trainer.callbacks+=run_helpers.SignalAt",
+                                           "--trainer.callbacks.init_args.step=4")], tmp_path / "killed_output.txt")
     code, stderr = console(capsys, "fit", *tiny_args(synthetic_root, tmp_path / "straight", *args))
     assert code in (0, None), stderr[-3000:]
-    killed_err = killed.communicate(timeout=600)[1]
-    assert killed.returncode == -signal.SIGKILL, killed_err[-3000:]
+    killed.join(timeout=600)
+    assert killed.exitcode == -signal.SIGKILL, (tmp_path / "killed_output.txt").read_text()[-3000:]
     assert torch.load(logs / "exp" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
     (logs / "exp" / "version_1").mkdir()  # a newer folder number of another kind: not the run
     with caplog.at_level(logging.INFO, logger="dna_video"):
