@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from dna_video.analysis.plotting import fit_text
 from dna_video.analysis.windows import Segment, Timeline
 from dna_video.common.atomic import atomic_path
 
@@ -83,15 +84,6 @@ def band_height(height: int) -> int:
     return bar_rows(height).stop + 3
 
 
-def _fit(draw: ImageDraw.ImageDraw, text: str, font: ImageFont.FreeTypeFont, width: float) -> str:
-    """``text``, cut with ``...`` to fit ``width`` pixels."""
-    if draw.textlength(text, font=font) <= width:
-        return text
-    while text and draw.textlength(text + "...", font=font) > width:
-        text = text[:-1]
-    return text + "..."
-
-
 def draw_label(frame: np.ndarray, label: FrameLabel) -> np.ndarray:
     """``frame`` (H, W, 3) uint8 with the band of ``label`` drawn across its top (a copy)."""
     height, width = frame.shape[:2]
@@ -111,7 +103,7 @@ def draw_label(frame: np.ndarray, label: FrameLabel) -> np.ndarray:
             legend = words
             break
     legend_width = legend_width if legend else 0.0
-    draw.text((pad, 2), _fit(draw, text, font, width - 2 * pad - legend_width), fill=TEXT_COLOUR, font=font)
+    draw.text((pad, 2), fit_text(draw, text, font, width - 2 * pad - legend_width), fill=TEXT_COLOUR, font=font)
     x = width - pad - legend_width
     for name, colour in zip(legend, BRANCH_COLOURS):
         draw.text((x, 2), f" {name}", fill=colour, font=font)

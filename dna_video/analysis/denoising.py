@@ -33,7 +33,7 @@ from einops import rearrange, reduce, repeat
 from torch import Tensor, nn
 
 from dna_video.models.attention import kind_of
-from dna_video.analysis.maps import BRANCH_NAMES, capture_maps
+from dna_video.analysis.maps import BRANCH_NAMES, capture_maps, written_out
 
 __all__ = [
     "REGIONS", "patch_shares", "region_mass", "evaluate_masked", "negative_branch_off", "has_negative_branch",
@@ -141,31 +141,14 @@ def evaluate_masked(net: nn.Module, batches: Iterable[dict], with_maps: bool = T
 MECHANISM_MEASURES = ("map_correlation", "query_cosine", "output_norm_ratio")
 
 
-@contextmanager
-def _capturing_terms(modules: dict[str, nn.Module], store: dict[str, dict[str, Tensor]]) -> Iterator[None]:
-    """While active, each of ``modules`` runs its kind's per-head terms method
-    (:meth:`NegativeBranch.terms_of`), or ``forward_with_maps`` when its kind has none, and
-    keeps what it returns in ``store`` by module name."""
-
-    def make(name: str, module: nn.Module):
-        kind = kind_of(module)
-        negative = kind.negative if kind is not None else None
-        with_terms = negative is not None and negative.has_terms(module)
-
-        def forward(x: Tensor) -> Tensor:
-            out, found = negative.terms_of(module, x) if with_terms else module.forward_with_maps(x)
-            store[name] = {key: value.detach() for key, value in found.items()}
-            return out
-
-        return forward
-
-    for name, module in modules.items():
-        module.forward = make(name, module)  # an instance attribute shadows the class's forward
-    try:
-        yield
-    finally:
-        for module in modules.values():
-            del module.forward
+def _terms_or_maps(module: nn.Module, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    """The module's per-head terms (:meth:`NegativeBranch.terms_of`), or its maps when its kind
+    declares no terms method."""
+    kind = kind_of(module)
+    negative = kind.negative if kind is not None else None
+    if negative is not None and negative.has_terms(module):
+        return negative.terms_of(module, x)
+    return module.forward_with_maps(x)
 
 
 @torch.no_grad()
@@ -217,7 +200,7 @@ def measure_mechanism(net: nn.Module, batches: Iterable[dict]) -> dict[str, Any]
         video, masks = batch["video"], batch["masks"]
         b = video.shape[0]
         store: dict[str, dict[str, Tensor]] = {}
-        with _capturing_terms(modules, store):
+        with written_out(modules, store, _terms_or_maps):
             logits = net(rearrange(video, "b v c t h w -> (b v) c t h w"))
         probs.append(reduce(logits, "(b v) k -> b k", "mean", b=b).softmax(dim=-1))
         labels.append(batch["label"])

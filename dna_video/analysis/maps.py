@@ -23,7 +23,7 @@ location's T frames with batch ``(b n)``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -69,14 +69,21 @@ def attention_module_names(net: TimeSformer, layers: Iterable[int], kinds: Itera
     return names
 
 
+def _maps_of(module: Attention, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    return module.forward_with_maps(x)
+
+
 @contextmanager
-def _written_out(modules: dict[str, Attention], store: dict[str, dict[str, Tensor]]) -> Iterator[None]:
-    """While active, each of ``modules`` runs :meth:`forward_with_maps` and keeps its maps."""
+def written_out(modules: dict[str, Attention], store: dict[str, dict[str, Tensor]],
+                write: Callable[[Attention, Tensor], tuple[Tensor, dict[str, Tensor]]] = _maps_of) -> Iterator[None]:
+    """While active, each of ``modules`` runs ``write(module, x)`` instead of its forward (by
+    default :meth:`forward_with_maps`: the formula written out) and keeps the tensors it
+    returns beside the output in ``store`` by module name."""
 
     def make(name: str, module: Attention):
         def forward(x: Tensor) -> Tensor:
-            out, maps = module.forward_with_maps(x)
-            store[name] = {key: value.detach() for key, value in maps.items()}
+            out, found = write(module, x)
+            store[name] = {key: value.detach() for key, value in found.items()}
             return out
 
         return forward
@@ -103,7 +110,7 @@ def capture_maps(net: TimeSformer, video: Tensor, module_names: Iterable[str] | 
     if missing:
         raise ValueError(f"no attention module {missing[0]!r}; the model has {sorted(available)[:4]}...")
     store: dict[str, dict[str, Tensor]] = {}
-    with _written_out({n: available[n] for n in names}, store):
+    with written_out({n: available[n] for n in names}, store):
         logits = net(video)
     return logits, store
 

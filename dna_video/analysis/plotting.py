@@ -229,18 +229,18 @@ def attention_grid_png(frames: np.ndarray, maps: Mapping[str, np.ndarray], path:
     return save_figure(attention_grid_figure(frames, maps, title, frame_labels, signed), path)
 
 
-def _font(size: int) -> ImageFont.FreeTypeFont:
-    """matplotlib's own DejaVu Sans (shipped with it: the same on every machine)."""
-    return ImageFont.truetype(findfont(FontProperties(family="DejaVu Sans")), size)
-
-
-def _fit(draw: ImageDraw.ImageDraw, text: str, font: ImageFont.FreeTypeFont, width: float) -> str:
-    """``text``, cut with ``...`` to fit ``width`` pixels."""
+def fit_text(draw: ImageDraw.ImageDraw, text: str, font: ImageFont.FreeTypeFont, width: float) -> str:
+    """``text``, cut with ``...`` to fit ``width`` pixels (figures' and annotated frames' labels)."""
     if draw.textlength(text, font=font) <= width:
         return text
     while text and draw.textlength(text + "...", font=font) > width:
         text = text[:-1]
     return text + "..."
+
+
+def _font(size: int) -> ImageFont.FreeTypeFont:
+    """matplotlib's own DejaVu Sans (shipped with it: the same on every machine)."""
+    return ImageFont.truetype(findfont(FontProperties(family="DejaVu Sans")), size)
 
 
 def attention_gif_frames(frames: np.ndarray, maps: Mapping[str, np.ndarray], title: str = "", scale: int = 2,
@@ -269,14 +269,14 @@ def attention_gif_frames(frames: np.ndarray, maps: Mapping[str, np.ndarray], tit
         picture.paste(row.resize((canvas_width, height), Image.NEAREST), (0, top))
         draw = ImageDraw.Draw(picture)
         heading = f"{title or 'Attention'} | frame {i + 1}/{frames.shape[0]}"
-        draw.text((4, 2), _fit(draw, heading, font, canvas_width - 8), fill="black", font=font)
+        draw.text((4, 2), fit_text(draw, heading, font, canvas_width - 8), fill="black", font=font)
         for p, name in enumerate(names):
-            label = _fit(draw, name, font, width - 6)
+            label = fit_text(draw, name, font, width - 6)
             draw.text((p * width + (width - draw.textlength(label, font=font)) / 2, line + 2), label,
                       fill="black", font=font)
         y = top + height + 3
-        draw.text((4, y - 3), _fit(draw, "colour scale", font, width - 8), fill="black", font=font)
-        draw.text((4, y + line // 2), _fit(draw, "(min, max)", font, width - 8), fill="black", font=font)
+        draw.text((4, y - 3), fit_text(draw, "colour scale", font, width - 8), fill="black", font=font)
+        draw.text((4, y + line // 2), fit_text(draw, "(min, max)", font, width - 8), fill="black", font=font)
         for p, name in enumerate(maps, start=1):
             s = scales[name]
             strip = np.repeat(ramps[name][None], max(line // 2, 3), axis=0)

@@ -76,7 +76,59 @@ class SoftmaxAttention(Attention):
         return self._output(out), {"attn": attn}
 
 
-class DenoisingAttention(Attention):
+class _TwoBranchAttention(Attention):
+    """What the DnA kinds share: ``qkv`` ([Q+; K; V+], ViT's layout), optionally their own
+    negative query ``q_neg`` (else Q- = Q+) and negative value ``v_neg`` (else V- = V+), and
+    ``neg_scalers`` (alpha, one per head), in that order (checkpoints and paired builds rely
+    on it); per head, softmax(Q+ K^T/sqrt d) V+ + w_h softmin(Q- K^T/sqrt d) V- with the
+    branch weight w_h = :meth:`branch_weight` (:mod:`.core` computes it). A kind is one
+    subclass: its constructor (the arguments a config gives) and, if the negative branch is
+    subtracted, :meth:`branch_weight`."""
+
+    def __init__(self, dim: int, num_heads: int, qkv_bias: bool, attn_drop: float, proj_drop: float,
+                 alpha_init: float, negative_query: bool, negative_value: bool) -> None:
+        super().__init__(dim, num_heads, qkv_bias, attn_drop, proj_drop)
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        if negative_query:
+            self.q_neg = nn.Linear(dim, dim, bias=qkv_bias)
+        if negative_value:
+            self.v_neg = nn.Linear(dim, dim, bias=qkv_bias)
+        self.neg_scalers = nn.Parameter(torch.full((num_heads,), float(alpha_init)))
+
+    def alpha(self) -> Tensor:
+        """The per-head weight of the negative branch, (H,): ``neg_scalers`` as they are (a
+        subclass may bound them)."""
+        return self.neg_scalers
+
+    def branch_weight(self) -> Tensor:
+        """The signed per-head factor of the negative branch in the sum: alpha."""
+        return self.alpha()
+
+    def _heads(self, x: Tensor) -> tuple[Tensor, ...]:
+        h = self.num_heads
+        q_pos, k, v_pos = split_heads(self.qkv(x), [h] * 3, self.head_dim)
+        q_neg = split_heads(self.q_neg(x), [h], self.head_dim)[0] if hasattr(self, "q_neg") else q_pos
+        v_neg = split_heads(self.v_neg(x), [h], self.head_dim)[0] if hasattr(self, "v_neg") else v_pos
+        return q_pos, q_neg, k, v_pos, v_neg
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = dna_attention(*self._heads(x), self.branch_weight(), scale=self.scale, dropout_p=self._dropout_p(),
+                            explicit=self._explicit(x))
+        return self._output(out)
+
+    def forward_with_maps(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        out, positive, negative = dna_attention_maps(*self._heads(x), self.branch_weight(), scale=self.scale,
+                                                     dropout_p=self._dropout_p())
+        return self._output(out), {"positive": positive, "negative": negative}
+
+    def forward_with_terms(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        """Output and every term per head (:data:`~.core.TERMS`; ``out_negative`` is the
+        branch as it is summed, w_h softmin(.) V-), written out."""
+        terms = dna_terms(*self._heads(x), self.branch_weight(), scale=self.scale, dropout_p=self._dropout_p())
+        return self._output(terms["out_positive"] + terms["out_negative"]), terms
+
+
+class DenoisingAttention(_TwoBranchAttention):
     """Denoising Attention (DnA, Campos et al., ECCV 2026), per head h:
 
         softmax(Q+_h K_h^T / sqrt d) V+_h + alpha_h * softmin(Q-_h K_h^T / sqrt d) V-_h
@@ -104,41 +156,11 @@ class DenoisingAttention(Attention):
         proj_drop: float = 0.0,
         alpha_init: float = 0.5,
     ) -> None:
-        super().__init__(dim, num_heads, qkv_bias, attn_drop, proj_drop)
-        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
-        self.q_neg = nn.Linear(dim, dim, bias=qkv_bias)
-        self.v_neg = nn.Linear(dim, dim, bias=qkv_bias)
-        self.neg_scalers = nn.Parameter(torch.full((num_heads,), float(alpha_init)))
-
-    def alpha(self) -> Tensor:
-        """The per-head weight of the negative branch, (H,): ``neg_scalers`` as they are (a
-        subclass may bound them)."""
-        return self.neg_scalers
-
-    def _heads(self, x: Tensor) -> tuple[Tensor, ...]:
-        h = self.num_heads
-        q_pos, k, v_pos = split_heads(self.qkv(x), [h] * 3, self.head_dim)
-        (q_neg,) = split_heads(self.q_neg(x), [h], self.head_dim)
-        (v_neg,) = split_heads(self.v_neg(x), [h], self.head_dim)
-        return q_pos, q_neg, k, v_pos, v_neg
-
-    def forward(self, x: Tensor) -> Tensor:
-        out = dna_attention(*self._heads(x), self.alpha(), scale=self.scale, dropout_p=self._dropout_p(),
-                            explicit=self._explicit(x))
-        return self._output(out)
-
-    def forward_with_maps(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        out, positive, negative = dna_attention_maps(*self._heads(x), self.alpha(), scale=self.scale,
-                                                     dropout_p=self._dropout_p())
-        return self._output(out), {"positive": positive, "negative": negative}
-
-    def forward_with_terms(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        """Output and every term per head (:data:`~.core.TERMS`), written out."""
-        terms = dna_terms(*self._heads(x), self.alpha(), scale=self.scale, dropout_p=self._dropout_p())
-        return self._output(terms["out_positive"] + terms["out_negative"]), terms
+        super().__init__(dim, num_heads, qkv_bias, attn_drop, proj_drop, alpha_init,
+                         negative_query=True, negative_value=True)
 
 
-class SharedValueDnA(Attention):
+class SharedValueDnA(_TwoBranchAttention):
     """Shared-value DnA (the reference's ablation), per head h:
 
         (softmax(Q+_h K_h^T / sqrt d) - alpha_h * softmin(Q-_h K_h^T / sqrt d)) V_h
@@ -161,39 +183,15 @@ class SharedValueDnA(Attention):
         proj_drop: float = 0.0,
         alpha_init: float = 0.5,
     ) -> None:
-        super().__init__(dim, num_heads, qkv_bias, attn_drop, proj_drop)
-        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
-        self.q_neg = nn.Linear(dim, dim, bias=qkv_bias)
-        self.neg_scalers = nn.Parameter(torch.full((num_heads,), float(alpha_init)))
+        super().__init__(dim, num_heads, qkv_bias, attn_drop, proj_drop, alpha_init,
+                         negative_query=True, negative_value=False)
 
-    def alpha(self) -> Tensor:
-        """The per-head weight of the (subtracted) negative branch, (H,)."""
-        return self.neg_scalers
-
-    def _heads(self, x: Tensor) -> tuple[Tensor, ...]:
-        h = self.num_heads
-        q_pos, k, v = split_heads(self.qkv(x), [h] * 3, self.head_dim)
-        (q_neg,) = split_heads(self.q_neg(x), [h], self.head_dim)
-        return q_pos, q_neg, k, v, v
-
-    def forward(self, x: Tensor) -> Tensor:
-        out = dna_attention(*self._heads(x), -self.alpha(), scale=self.scale, dropout_p=self._dropout_p(),
-                            explicit=self._explicit(x))
-        return self._output(out)
-
-    def forward_with_maps(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        out, positive, negative = dna_attention_maps(*self._heads(x), -self.alpha(), scale=self.scale,
-                                                     dropout_p=self._dropout_p())
-        return self._output(out), {"positive": positive, "negative": negative}
-
-    def forward_with_terms(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        """Output and every term per head (:data:`~.core.TERMS`; ``out_negative`` is the
-        subtracted branch, -alpha_h softmin(.) V), written out."""
-        terms = dna_terms(*self._heads(x), -self.alpha(), scale=self.scale, dropout_p=self._dropout_p())
-        return self._output(terms["out_positive"] + terms["out_negative"]), terms
+    def branch_weight(self) -> Tensor:
+        """-alpha: the negative branch is subtracted."""
+        return -self.alpha()
 
 
-class TiedQueryDnA(Attention):
+class TiedQueryDnA(_TwoBranchAttention):
     """DnA with the negative query tied to the positive one (Q- = Q+), per head h:
 
         softmax(Q_h K_h^T / sqrt d) V+_h + alpha_h * softmin(Q_h K_h^T / sqrt d) V-_h
@@ -201,9 +199,9 @@ class TiedQueryDnA(Attention):
     Both maps read the same scores: the negative map puts most weight on the keys LEAST
     similar to the query, the opposite of the positive map. With a free Q- (``dna``) a model
     can learn Q- = -Q+, which makes softmin(Q- K^T) one more softmax over the same keys; tied,
-    it cannot. Parameters: ``qkv`` ([Q; K; V+], ViT's), ``v_neg`` (V-), ``proj`` and
-    ``neg_scalers`` (alpha, one per head): a softmax checkpoint maps onto all but V- and alpha,
-    a DnA one onto all but Q- (left unused).
+    it cannot (its ``query_negative`` term is -Q+). Parameters: ``qkv`` ([Q; K; V+], ViT's),
+    ``v_neg`` (V-), ``proj`` and ``neg_scalers`` (alpha, one per head): a softmax checkpoint
+    maps onto all but V- and alpha, a DnA one onto all but Q- (left unused).
 
     Args:
         dim, num_heads, qkv_bias, attn_drop, proj_drop: as :class:`~.base.Attention`.
@@ -219,36 +217,8 @@ class TiedQueryDnA(Attention):
         proj_drop: float = 0.0,
         alpha_init: float = 0.5,
     ) -> None:
-        super().__init__(dim, num_heads, qkv_bias, attn_drop, proj_drop)
-        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
-        self.v_neg = nn.Linear(dim, dim, bias=qkv_bias)
-        self.neg_scalers = nn.Parameter(torch.full((num_heads,), float(alpha_init)))
-
-    def alpha(self) -> Tensor:
-        """The per-head weight of the negative branch, (H,)."""
-        return self.neg_scalers
-
-    def _heads(self, x: Tensor) -> tuple[Tensor, ...]:
-        h = self.num_heads
-        q, k, v_pos = split_heads(self.qkv(x), [h] * 3, self.head_dim)
-        (v_neg,) = split_heads(self.v_neg(x), [h], self.head_dim)
-        return q, q, k, v_pos, v_neg  # Q- is Q+
-
-    def forward(self, x: Tensor) -> Tensor:
-        out = dna_attention(*self._heads(x), self.alpha(), scale=self.scale, dropout_p=self._dropout_p(),
-                            explicit=self._explicit(x))
-        return self._output(out)
-
-    def forward_with_maps(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        out, positive, negative = dna_attention_maps(*self._heads(x), self.alpha(), scale=self.scale,
-                                                     dropout_p=self._dropout_p())
-        return self._output(out), {"positive": positive, "negative": negative}
-
-    def forward_with_terms(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        """Output and every term per head (:data:`~.core.TERMS`; ``query_negative`` is -Q+),
-        written out."""
-        terms = dna_terms(*self._heads(x), self.alpha(), scale=self.scale, dropout_p=self._dropout_p())
-        return self._output(terms["out_positive"] + terms["out_negative"]), terms
+        super().__init__(dim, num_heads, qkv_bias, attn_drop, proj_drop, alpha_init,
+                         negative_query=False, negative_value=True)
 
 
 def diff_lambda_init(layer_index: int) -> float:
