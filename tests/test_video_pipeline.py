@@ -224,9 +224,20 @@ def test_a_broken_file_is_replaced_in_training_and_dropped_in_evaluation(synthet
     evaluation = VideoClipDataset(records, sampler, EvalClipTransform(64, 1, (0.5,) * 3, (0.5,) * 3), train=False)
     batch = collate_videos([evaluation[0], evaluation[1]])
     assert batch["failed"] == 1 and batch["label"].tolist() == [4] and batch["video"].shape[0] == 1
-    only_broken = VideoClipDataset(records[:1], sampler, train.transform, train=True, max_retries=3)
+    copies = []
+    for i in range(6):
+        copy = tmp_path / f"broken{i}.mp4"
+        copy.write_bytes(broken.read_bytes())
+        copies.append(VideoRecord(str(copy), 3))
+    only_broken = VideoClipDataset(copies, sampler, train.transform, train=True, max_retries=3)
     with pytest.raises(VideoDecodeError, match="4 unreadable videos in a row"):
         only_broken[0]
+    # Each replacement is a file not tried yet: every seed finds the good file at the second try.
+    for seed in range(20):
+        torch.manual_seed(seed)
+        assert train[0]["failed"] == 1
+    with pytest.raises(VideoDecodeError, match="1 unreadable videos in a row and no other video to try"):
+        VideoClipDataset(records[:1], sampler, train.transform, train=True)[0]
 
 
 # ---------------------------------------------------------------------------- metrics

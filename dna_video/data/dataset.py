@@ -14,8 +14,8 @@ A sample is a dict:
 
 A file that cannot be decoded (zero-length, truncated, corrupt, not a video) is logged in one
 line with its path and what it is (``empty file (0 bytes)``, ``not a video (...)``: see
-:mod:`.video`). In training it is replaced by another random record (at most ``max_retries``
-tries, then a clear error: never an endless loop) whose own label comes with it, so a label
+:mod:`.video`). In training it is replaced by another random record not tried yet for this sample (at
+most ``max_retries`` tries, then a clear error: never an endless loop) whose own label comes with it, so a label
 never travels with the wrong clip. In evaluation a replacement would count another video
 twice, so the sample is dropped by :func:`collate_videos` and counted instead.
 
@@ -245,8 +245,17 @@ class VideoClipDataset(Dataset):
                         "check the dataset (dna-video prepare <dataset> <root> --validate "
                         "checks every file)"
                     ) from exc
+                # Drawn among the files not tried yet: a file that failed fails again, and
+                # drawing it twice would spend the retries on one file.
+                untried = [i for i, r in enumerate(self.records) if r.path not in failed]
+                if not untried:
+                    raise VideoDecodeError(
+                        f"{len(failed)} unreadable videos in a row and no other video to try, the last "
+                        f"{self.records[index].path}; check the dataset (dna-video prepare <dataset> <root> "
+                        "--validate checks every file)"
+                    ) from exc
                 log.warning("replacing unreadable video by another (%s)", exc)
-                index = int(rng.integers(len(self.records)))
+                index = untried[int(rng.integers(len(untried)))]
                 continue
             record = self.records[index]
             sample = {
