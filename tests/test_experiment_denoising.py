@@ -87,17 +87,19 @@ def test_quick_grid_end_to_end_jobs_and_only(tmp_path, capfd):
             assert float(row["shifted_top1"]) == pytest.approx(sets["shifted"]["top1"], abs=1e-6)
     assert (out / "denoising_differences.png").read_bytes()[:4] == b"\x89PNG"
 
-    # --jobs 1 writes the same rows (timing aside): one thread per run whatever the jobs.
-    again = tmp_path / "dn1"
-    assert main(["--quick", "--out", str(again), "--jobs", "1", "--allow-dirty", "--groups", "scratch"]) == 0
-    for name, row in _rows(again / "denoising.csv").items():
-        assert {k: v for k, v in row.items() if k not in TIMING} == \
-               {k: v for k, v in rows[name].items() if k not in TIMING}, name
+    # --groups keeps a group and the cells it starts from.
+    capfd.readouterr()
+    assert main(["--quick", "--out", str(tmp_path / "dn1"), "--groups", "dna_pretrained", "--dry-run"]) == 0
+    listed = [line.split("] ")[1] for line in capfd.readouterr().out.splitlines() if line.startswith("  [")]
+    assert listed == ["pretrain/dna/seed0", "dna_pretrained/dna/seed0"]
 
-    # --only reruns one cell (its start reused) and finds its row again.
-    capfd.readouterr()  # capfd: from a clean clone the rerun prints from its worktree process
+    # --only reruns one cell alone (its start reused) and finds its row again, every column
+    # but timing: a row does not depend on the runs beside it (one thread per run whatever --jobs).
     assert main(["--quick", "--out", str(out), "--allow-dirty", "--only", "primary/dna_random/seed1"]) == 0
-    assert "primary/dna_random/seed1: reproduced" in capfd.readouterr().out
+    assert "primary/dna_random/seed1: reproduced" in capfd.readouterr().out  # capfd: a clean clone prints from its worktree
+    rerun = json.loads((out / "reruns" / "runs" / "primary" / "dna_random" / "seed1" / "version_0" / "cell.json").read_text())
+    assert {k: v for k, v in report.csv_row(rerun["row"]).items() if k not in TIMING} == \
+           {k: v for k, v in rows["primary/dna_random/seed1"].items() if k not in TIMING}
 
     # The report is --table's, and a finished grid has nothing left to run.
     assert main(["--quick", "--out", str(out), "--table"]) == 0
