@@ -80,3 +80,21 @@ def test_rate_and_time_rows_compute_ratios_and_check_the_target_direction():
     assert row.met is True
     assert time_row("s", "c", "ms", "ours", ours, "base", baseline, limit=0.4).met is False
     assert time_row("s", "c", "ms", "ours", baseline, "base", ours, limit=1.0).met is False  # slower: missed
+
+
+def test_the_attention_profile_puts_each_op_in_its_bucket_and_adds_up():
+    from benchmarks.profile_attention import bucket_of, profile_buckets
+    from dna_video.models.attention import DenoisingAttention, SoftmaxAttention
+
+    assert [bucket_of(op) for op in ("aten::addmm", "aten::mm")] == ["projections"] * 2
+    assert [bucket_of(op) for op in ("aten::_scaled_dot_product_flash_attention_for_cpu",
+                                     "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+                                     "aten::bmm", "aten::_softmax")] == ["attention"] * 4
+    assert [bucket_of(op) for op in ("aten::neg", "aten::mul", "aten::add_", "aten::cat")] == ["elementwise"] * 4
+    torch.manual_seed(0)
+    x, grad = torch.randn(2, 20, 32, requires_grad=True), torch.randn(2, 20, 32)
+    dna_total, dna = profile_buckets(DenoisingAttention(32, 2), x, grad, steps=1)
+    mhsa_total, mhsa = profile_buckets(SoftmaxAttention(32, 2), x, grad, steps=1)
+    assert dna_total == sum(dna.values()) > 0 and mhsa_total == sum(mhsa.values()) > 0
+    # DnA's three projections and two attention branches are there, beside softmax's one and one.
+    assert dna["projections"] > 0 and dna["attention"] > 0 and mhsa["attention"] > 0

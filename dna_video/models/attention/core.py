@@ -55,11 +55,10 @@ def dna_attention(
     # and everything after it, to float32. Indexing, not einops: alpha is often a Parameter,
     # and einops' first call on a new tensor type makes torch.compile compile again.
     alpha = alpha[:, None, None].to(q_pos.dtype)  # h -> h 1 1
-    neg_query = -q_neg
     if explicit:
         # (B, H, 2L, S) maps in one matmul; alpha on the map rather than the output: the
         # product kept for backward is then map-sized, smaller than the queries at these lengths.
-        queries = torch.cat([q_pos, neg_query], dim=2)
+        queries = torch.cat([q_pos, -q_neg], dim=2)
         maps = torch.softmax(queries @ (k.transpose(-2, -1) * scale), dim=-1)
         a_pos, a_neg = F.dropout(maps, dropout_p).split(q_pos.shape[2], dim=2)
         if v_neg is v_pos:
@@ -69,7 +68,10 @@ def dna_attention(
     # a reduction in backward); why: benchmarks/README.md, "Why the code is the way it is".
     # Both outputs come in the query's memory order, which the scale and sum keep.
     out = F.scaled_dot_product_attention(q_pos, k, v_pos, dropout_p=dropout_p)
-    return out + alpha * F.scaled_dot_product_attention(neg_query, k, v_neg, dropout_p=dropout_p)
+    # Q- is negated rather than the kernel's scale: a negative scale is right on the CPU kernels
+    # but not in ONNX's SDPA, which splits the scale as its square root over Q and K (NaN).
+    # (It would save 5% of the spatial attention's forward + backward: benchmarks/README.md.)
+    return out + alpha * F.scaled_dot_product_attention(-q_neg, k, v_neg, dropout_p=dropout_p)
 
 
 def dna_attention_maps(
