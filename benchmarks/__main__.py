@@ -30,7 +30,7 @@ os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 import torch
 
 from . import attention, compiled, data, decoders, memory, model, onnx_runtime, timeline, variants
-from .harness import machine_description, markdown_table
+from .harness import code_description, machine_description, markdown_table
 
 SECTIONS = ("attention", "model", "variants", "data", "decoders", "timeline", "onnx")
 # Run only when named: each takes many minutes (real TimeSformer-B steps up to 12 blocks and 32
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> str:
     if args.threads:
         torch.set_num_threads(args.threads)
     command = "python -m benchmarks " + shlex.join(sys.argv[1:] if argv is None else argv)
-    header = machine_description()
+    header, code = machine_description(), code_description()
     start = time.perf_counter()
     rows, notes = [], []
     for section in args.sections:
@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> str:
         f"`{command}` ({total / 60:.1f} min)",
         "",
         f"Machine: {header} (at the end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())})",
+        "",
+        f"Code: {code}",
         "",
         markdown_table(rows),
         "",

@@ -89,6 +89,20 @@ def peak_memory(fn: Callable[[], object]) -> int:
     return peak
 
 
+def code_description() -> str:
+    """The measured code: the commit of this checkout and whether it has uncommitted changes."""
+    from pathlib import Path
+
+    try:
+        from experiments.reproducible import tree_state
+
+        state = tree_state(Path(__file__).resolve().parent)
+    except Exception as exc:  # noqa: BLE001 - not a git checkout: say so rather than fail the run
+        return f"commit unknown ({type(exc).__name__})"
+    changed = f"{len(state.changes)} uncommitted changes: {', '.join(state.changes[:3])}" if state.dirty else "clean tree"
+    return f"commit {state.commit[:12]} ({changed})"
+
+
 def machine_description() -> str:
     """One line: CPU model, cores and threads, memory, ISA, library versions, load."""
     model = platform.processor() or "unknown CPU"

@@ -98,3 +98,19 @@ def test_the_attention_profile_puts_each_op_in_its_bucket_and_adds_up():
     assert dna_total == sum(dna.values()) > 0 and mhsa_total == sum(mhsa.values()) > 0
     # DnA's three projections and two attention branches are there, beside softmax's one and one.
     assert dna["projections"] > 0 and dna["attention"] > 0 and mhsa["attention"] > 0
+
+
+def test_the_header_names_the_measured_commit():
+    import subprocess
+    from pathlib import Path
+
+    from benchmarks.harness import code_description
+
+    repo = Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        assert code_description().startswith("commit unknown")
+        return
+    dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True).stdout.strip()
+    assert code_description().startswith(f"commit {head.stdout.strip()[:12]} (")
+    assert ("uncommitted changes" in code_description()) == bool(dirty)
