@@ -14,9 +14,9 @@ A sample is a dict:
 
 A file that cannot be decoded (zero-length, truncated, corrupt, not a video) is logged in one
 line with its path and what it is (``empty file (0 bytes)``, ``not a video (...)``: see
-:mod:`.video`). In training it is replaced by another random record not tried yet for this sample (at
-most ``max_retries`` tries, then a clear error: never an endless loop) whose own label comes with it, so a label
-never travels with the wrong clip. In evaluation a replacement would count another video
+:mod:`.video`). In training it is replaced by another random record not tried yet for this
+sample (at most ``max_retries`` tries, then a clear error: never an endless loop) whose own
+label comes with it, so a label never travels with the wrong clip. In evaluation a replacement would count another video
 twice, so the sample is dropped by :func:`collate_videos` and counted instead.
 
 Where the random draws come from: by default torch's global generator (seeded per DataLoader

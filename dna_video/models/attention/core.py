@@ -69,7 +69,7 @@ def dna_attention(
     # Both outputs come in the query's memory order, which the scale and sum keep.
     out = F.scaled_dot_product_attention(q_pos, k, v_pos, dropout_p=dropout_p)
     # Q- is negated rather than the kernel's scale: a negative scale is right on the CPU kernels
-    # but not in ONNX's SDPA, which splits the scale as its square root over Q and K (NaN).
+    # but not in the ONNX export's SDPA (onnxscript), which multiplies Q and K by sqrt(scale): NaN.
     # (It would save 5% of the spatial attention's forward + backward: benchmarks/README.md.)
     return out + alpha * F.scaled_dot_product_attention(-q_neg, k, v_neg, dropout_p=dropout_p)
 
