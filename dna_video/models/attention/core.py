@@ -68,9 +68,9 @@ def dna_attention(
     # a reduction in backward); why: benchmarks/README.md, "Why the code is the way it is".
     # Both outputs come in the query's memory order, which the scale and sum keep.
     out = F.scaled_dot_product_attention(q_pos, k, v_pos, dropout_p=dropout_p)
-    # Q- is negated rather than the kernel's scale: a negative scale is right on the CPU kernels
-    # but not in the ONNX export's SDPA (onnxscript), which multiplies Q and K by sqrt(scale): NaN.
-    # (It would save 5% of the spatial attention's forward + backward: benchmarks/README.md.)
+    # Q- is negated, not the kernel's scale: a negative scale is right on the CPU kernels and no
+    # faster (benchmarks.profile_attention --negative-scale), and the ONNX export's SDPA
+    # (onnxscript) multiplies Q and K by sqrt(scale): NaN.
     return out + alpha * F.scaled_dot_product_attention(-q_neg, k, v_neg, dropout_p=dropout_p)
 
 
