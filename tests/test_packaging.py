@@ -159,9 +159,11 @@ def test_installed_copy_reads_class_lists_and_splits_from_anywhere(installed, ou
         copy = installed / "dna_video" / "resources" / "configs" / source.relative_to(REPO / "configs")
         assert copy.is_file() and copy.read_bytes() == source.read_bytes(), source
 
+    # One test for both checks: under pytest-xdist two tests could build the install twice.
+    _installed_command_runs_a_shipped_config_by_name(outside)
 
-@pytest.mark.slow
-def test_installed_command_runs_a_shipped_config_by_name(outside):
+
+def _installed_command_runs_a_shipped_config_by_name(outside: dict) -> None:
     """The ``dna-video`` console script of the install, outside the checkout: ``--config
     quickstart`` is the shipped quickstart, parsed by LightningCLI into the full config."""
     assert outside["exit"] in (0, None)
