@@ -24,6 +24,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -91,8 +92,6 @@ def peak_memory(fn: Callable[[], object]) -> int:
 
 def code_description() -> str:
     """The measured code: the commit of this checkout and whether it has uncommitted changes."""
-    from pathlib import Path
-
     try:
         from experiments.reproducible import tree_state
 

@@ -43,12 +43,15 @@ __all__ = ["bucket_of", "profile_buckets", "negative_scale_ratio", "main"]
 PROJECTION_OPS = {"aten::addmm", "aten::mm"}
 ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "aten::bmm", "aten::_softmax", "aten::_softmax_backward_data",
                  "aten::baddbmm")
-# Ops that only call others (their self time is bookkeeping): their children are counted.
+# Ops that only call others, and autograd's own events: their children are counted in their
+# buckets, their self time (bookkeeping) is elementwise.
 WRAPPERS = {"aten::linear", "aten::matmul", "aten::softmax", "aten::scaled_dot_product_attention"}
 
 
 def bucket_of(op: str) -> str:
     """The bucket of a profiled op name (see the module's docstring)."""
+    if op in WRAPPERS or op.startswith(("autograd::", "ProfilerStep")):
+        return "elementwise"
     if op in PROJECTION_OPS:
         return "projections"
     if any(part in op for part in ATTENTION_OPS):
@@ -71,9 +74,6 @@ def profile_buckets(module: torch.nn.Module, x: torch.Tensor, grad: torch.Tensor
             step()
     buckets: Counter = Counter()
     for event in prof.key_averages():
-        if event.key in WRAPPERS or event.key.startswith(("autograd::", "ProfilerStep")):
-            buckets["elementwise"] += event.self_cpu_time_total / 1e3 / steps
-            continue
         buckets[bucket_of(event.key)] += event.self_cpu_time_total / 1e3 / steps
     return sum(buckets.values()), buckets
 

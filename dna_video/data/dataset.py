@@ -16,8 +16,9 @@ A file that cannot be decoded (zero-length, truncated, corrupt, not a video) is 
 line with its path and what it is (``empty file (0 bytes)``, ``not a video (...)``: see
 :mod:`.video`). In training it is replaced by another random record not tried yet for this
 sample (at most ``max_retries`` tries, then a clear error: never an endless loop) whose own
-label comes with it, so a label never travels with the wrong clip. In evaluation a replacement would count another video
-twice, so the sample is dropped by :func:`collate_videos` and counted instead.
+label comes with it, so a label never travels with the wrong clip. In evaluation a replacement
+would count another video twice, so the sample is dropped by :func:`collate_videos` and
+counted instead.
 
 Where the random draws come from: by default torch's global generator (seeded per DataLoader
 worker); an index that is a :class:`~.seeding.SeededItem` (from :class:`~.seeding.SeededSampler`)
@@ -239,20 +240,14 @@ class VideoClipDataset(Dataset):
                 if not self.train:
                     log.warning("leaving out unreadable video (%s)", exc)
                     return {"video": None, "path": self.records[index].path, "failed": 1, "failed_paths": failed}
-                if len(failed) > self.max_retries:
-                    raise VideoDecodeError(
-                        f"{len(failed)} unreadable videos in a row, the last {self.records[index].path}; "
-                        "check the dataset (dna-video prepare <dataset> <root> --validate "
-                        "checks every file)"
-                    ) from exc
                 # Drawn among the files not tried yet: a file that failed fails again, and
                 # drawing it twice would spend the retries on one file.
                 untried = [i for i, r in enumerate(self.records) if r.path not in failed]
-                if not untried:
+                if len(failed) > self.max_retries or not untried:
                     raise VideoDecodeError(
-                        f"{len(failed)} unreadable videos in a row and no other video to try, the last "
-                        f"{self.records[index].path}; check the dataset (dna-video prepare <dataset> <root> "
-                        "--validate checks every file)"
+                        f"{len(failed)} unreadable videos in a row{'' if untried else ' and no other video to try'}, "
+                        f"the last {self.records[index].path}; check the dataset (dna-video prepare <dataset> "
+                        "<root> --validate checks every file)"
                     ) from exc
                 log.warning("replacing unreadable video by another (%s)", exc)
                 index = untried[int(rng.integers(len(untried)))]
