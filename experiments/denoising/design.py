@@ -114,16 +114,17 @@ def cells(plan: dict, quick: bool = False, calibration: bool = False) -> list[Ce
     if pairs:
         for s in range(pairs):
             out += [Cell("primary", "softmax", s, start), Cell("primary", "dna", s, start, init)]
-        for s in seeds:
+        # --quick leaves the other initialisations out: the primary's DnA path with another option.
+        for s in seeds if not quick else ():
             others = [other for other in explore["dna_inits"] if other != init]
-            out += [Cell("finetune_init", "dna", s, start, other) for other in others[:1 if quick else None]]
+            out += [Cell("finetune_init", "dna", s, start, other) for other in others]
     out += [_pretrain("dna", s) for s in pretrain_seeds]
     if pairs:
         out += [Cell("dna_pretrained", "dna", s, _pretrain("dna", s % len(pretrain_seeds))) for s in seeds]
-    for s in seeds:
-        variants = explore["scratch_variants"]
-        # --quick: the last variant only (dna_tied_q); the others take the same path.
-        out += [Cell("scratch", variant, s) for variant in (variants[-1:] if quick else variants)]
+    # --quick leaves training from scratch out: the path of the pretraining cells (no start) on
+    # the target task.
+    for s in seeds if not quick else ():
+        out += [Cell("scratch", variant, s) for variant in explore["scratch_variants"]]
     return out
 
 
