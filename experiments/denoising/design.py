@@ -114,17 +114,14 @@ def cells(plan: dict, quick: bool = False, calibration: bool = False) -> list[Ce
     if pairs:
         for s in range(pairs):
             out += [Cell("primary", "softmax", s, start), Cell("primary", "dna", s, start, init)]
-        # --quick leaves the other initialisations out: the primary's DnA path with another option.
-        for s in seeds if not quick else ():
+        if not quick:  # --quick leaves these out: the primary's DnA path with another option
             others = [other for other in explore["dna_inits"] if other != init]
-            out += [Cell("finetune_init", "dna", s, start, other) for other in others]
+            out += [Cell("finetune_init", "dna", s, start, other) for s in seeds for other in others]
     out += [_pretrain("dna", s) for s in pretrain_seeds]
     if pairs:
         out += [Cell("dna_pretrained", "dna", s, _pretrain("dna", s % len(pretrain_seeds))) for s in seeds]
-    # --quick leaves training from scratch out: the path of the pretraining cells (no start) on
-    # the target task.
-    for s in seeds if not quick else ():
-        out += [Cell("scratch", variant, s) for variant in explore["scratch_variants"]]
+    if not quick:  # --quick leaves these out: the pretraining cells' path (no start) on the target task
+        out += [Cell("scratch", variant, s) for s in seeds for variant in explore["scratch_variants"]]
     return out
 
 
