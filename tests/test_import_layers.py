@@ -195,3 +195,15 @@ def test_networks_import_no_lightning():
         if i.target in LIGHTNING and _layer(i.importer) == 0 and i.importer not in LIGHTNING_ALLOWED
     ]
     assert not bad, "Lightning in the networks (layer 0):\n" + "\n".join(bad)
+
+
+def test_rendering_and_writing_a_scene_import_neither_torch_nor_lightning():
+    """A process that only renders and encodes synthetic videos (a dataset writer, the encoding
+    test's processes) starts in a fraction of a second: no torch, no Lightning, in a real import."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, dna_video.data.scenes, dna_video.data.video; "
+             "print(sorted(m for m in ('torch', 'lightning', 'pytorch_lightning') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

@@ -44,36 +44,18 @@ from typing import Literal
 import numpy as np
 
 from dna_video.data.dataset import VideoClipDataset, VideoRecord
-from dna_video.data.synthetic import (SyntheticSmarthome, _actor_track, _plan, _shape_mask, class_names_of,
-                                      scene_start, write_generated_dataset)
+from dna_video.data.scenes import DISTRACTOR_LEVELS, class_names_of, cue_label_of, cue_motion, render_scene
+from dna_video.data.synthetic import SyntheticSmarthome, _plan, write_generated_dataset
 from dna_video.data.video import write_video
 
 
 __all__ = ["DISTRACTOR_LEVELS", "render_scene", "generate_distractor_dataset", "mask_path", "read_masks",
            "cue_label_of", "cue_motion", "read_cues", "SyntheticDistractors"]
 
-DISTRACTOR_LEVELS = ("none", "random", "confusing", "cue")
 GENERATOR_VERSION = 2
 MANIFEST = "distractors.json"
 MASK_SUFFIX = ".masks.npz"
 CUES = "cues.json"  # level cue: file name -> the label its cue points to
-
-
-def cue_motion(label: int, num_classes: int) -> int:
-    """The class whose motion cues ``label``: pi(y) = (y + 1) mod C, a derangement (never y
-    itself, so a cue-following model must read the cue's motion, not the actor's)."""
-    return (label + 1) % num_classes
-
-
-def cue_label_of(label: int, seed: int, cue_rate: float, num_classes: int) -> int:
-    """The label the cue of video (``label``, ``seed``) points to: ``label`` with probability
-    ``cue_rate``, else another label, uniformly. Drawn from the video's stream ``[seed, 3]``
-    (both draws always made: the same video points to the same other label at any rate, and
-    a video cue-faithful at a rate stays so at any higher rate)."""
-    rng = np.random.default_rng([seed, 3])
-    faithful = rng.random() < cue_rate
-    other = int(rng.choice([c for c in range(num_classes) if c != label]))
-    return label if faithful else other
 
 
 def read_cues(folder: str | os.PathLike) -> dict[str, int]:
@@ -99,89 +81,6 @@ def read_masks(video: str | os.PathLike) -> np.ndarray:
                                 "(SyntheticDistractors writes them) or set with_masks=false")
     with np.load(path) as data:
         return np.unpackbits(data["packed"], axis=-1, count=int(data["width"])).astype(bool)
-
-
-def _stripes(yy: np.ndarray, xx: np.ndarray, period: float) -> np.ndarray:
-    """True on the light half of diagonal stripes: the actor's own texture."""
-    return ((yy + xx) / period) % 1.0 < 0.5
-
-
-def render_scene(
-    label: int,
-    seed: int,
-    level: Literal["none", "random", "confusing", "cue"] = "none",
-    num_distractors: int = 1,
-    distractor_size: float = 1.0,
-    similarity: float = 0.5,
-    height: int = 84,
-    width: int = 112,
-    cue_rate: float = 0.9,
-    classes: str = "target",
-) -> tuple[np.ndarray, np.ndarray]:
-    """Frames (N, H, W, 3) uint8 and masks bool (N, 1 + K, H, W) of one video of class
-    ``label`` of class set ``classes`` (K = 0 at level ``none``, 1 at level ``cue``)."""
-    if level not in DISTRACTOR_LEVELS:
-        raise ValueError(f"unknown distractor level {level!r}: use one of {DISTRACTOR_LEVELS}")
-    if not 0.0 <= similarity <= 1.0:
-        raise ValueError(f"similarity must be in [0, 1], got {similarity}")
-    if not 0.0 <= cue_rate <= 1.0:
-        raise ValueError(f"cue_rate must be in [0, 1], got {cue_rate}")
-    if level == "cue" and num_distractors != 1:
-        raise ValueError(f"level cue draws one distractor (the cue), got num_distractors={num_distractors}: set 1")
-    names = class_names_of(classes)
-    rng = np.random.default_rng(seed)
-    t, yy, xx, background = scene_start(rng, height, width)
-    n = len(t)
-    kind = int(rng.integers(0, 3))
-    # Two bright stripe colours: a dark stripe would vanish into the (dark) background.
-    light, dark = rng.uniform(190, 255, 3), rng.uniform(120, 170, 3)
-    stripe = _stripes(yy, xx, period=max(4.0, 0.16 * height))
-    cy, cx, r = _actor_track(label, t, rng, height, width, names)
-
-    # The distractors' own stream: the actor and background above do not depend on the level.
-    drng = np.random.default_rng([seed, 1])
-    k = 0 if level == "none" else num_distractors
-    tracks = []
-    for _ in range(k):
-        d_kind = kind if drng.random() < similarity else int(drng.choice([s for s in range(3) if s != kind]))
-        colour = similarity * light + (1 - similarity) * drng.uniform(120, 255, 3)
-        size = distractor_size * drng.uniform(0.1, 0.13) * height
-        if level == "random":
-            velocity = drng.normal(0, 1.0, (n, 2)).cumsum(0) * 0.2
-            pos = np.array([drng.uniform(0.2, 0.8) * height, drng.uniform(0.2, 0.8) * width]) + velocity.cumsum(0)
-            pos = np.abs((pos + [height, width]) % (2 * np.array([height, width])) - [height, width])
-            dy, dx, dr = pos[:, 0], pos[:, 1], np.full(n, size)
-        else:  # another class's motion (level cue: the cue's), beside the actor
-            if level == "cue":
-                other = cue_motion(cue_label_of(label, seed, cue_rate, len(names)), len(names))
-            else:
-                other = int(drng.choice([c for c in range(len(names)) if c != label]))
-            dy, dx, dr = _actor_track(other, t, drng, height, width, names)
-            dr = dr * distractor_size
-            side = drng.choice([-1.0, 1.0])
-            dx = dx + side * drng.uniform(0.25, 0.35) * height
-            dy = dy + drng.uniform(-0.1, 0.1) * height
-        tracks.append((d_kind, colour, dy, dx, dr))
-
-    frames = np.empty((n, height, width, 3), np.uint8)
-    masks = np.zeros((n, 1 + k, height, width), bool)
-    for i in range(n):
-        img = background.copy()
-        for j, (d_kind, colour, dy, dx, dr) in enumerate(tracks):
-            if dr[i] <= 0:
-                continue
-            shape = _shape_mask(d_kind, yy, xx, dy[i], dx[i], dr[i])
-            img[shape] = colour
-            masks[i, 1: 1 + j] &= ~shape  # a later distractor hides the earlier ones
-            masks[i, 1 + j] = shape
-        if r[i] > 0:
-            actor = _shape_mask(kind, yy, xx, cy[i], cx[i], r[i])
-            img[actor & stripe] = light
-            img[actor & ~stripe] = dark
-            masks[i, 0] = actor
-            masks[i, 1:] &= ~actor
-        frames[i] = np.clip(img, 0, 255).astype(np.uint8)
-    return frames, masks
 
 
 def _write_one(job: tuple) -> None:  # in a worker process: one video and its masks

@@ -12,7 +12,7 @@ Generation is deterministic from ``seed``; the folder records the generator's pa
 is rebuilt when they change. Splits follow the Smarthome cross-subject protocol (train
 subjects without 19 and 25, validation 19 and 25, test the seven test subjects).
 
-Two class sets share the renderer: ``target`` (:data:`SYNTHETIC_CLASSES`, the quickstart's and
+Two class sets share the renderer (:mod:`.scenes`, numpy alone): ``target`` (:data:`SYNTHETIC_CLASSES`, the quickstart's and
 the denoising experiment's) and ``source`` (:data:`SOURCE_CLASSES`: five other motions, no
 label in common), for pretraining on one task and fine-tuning on the other.
 
@@ -36,6 +36,7 @@ from typing import Literal
 import numpy as np
 
 from dna_video.data.datamodule import Catalog, ProtocolDataModule, SplitRecords
+from dna_video.data.scenes import CLASS_SETS, SOURCE_CLASSES, SYNTHETIC_CLASSES, class_names_of, render_video
 from dna_video.data.smarthome import (CS_TEST_SUBJECTS, SUBJECTS, SmarthomeName, smarthome_catalog,
                                       smarthome_protocol)
 from dna_video.data.video import write_video
@@ -45,143 +46,10 @@ log = logging.getLogger(__name__)
 __all__ = ["SYNTHETIC_CLASSES", "SOURCE_CLASSES", "CLASS_SETS", "class_names_of", "generate_synthetic_dataset",
            "heldout_plan", "render_video", "write_long_video", "SyntheticSmarthome"]
 
-# Class names in label order. Names follow Smarthome's `Coarse.Fine` style (no `_`).
-SYNTHETIC_CLASSES = ("Blink", "Change.Size", "Move.Circle", "Move.Line", "Stay")
-# The source task's classes: other motions, none of the target's (pretraining without its labels).
-SOURCE_CLASSES = ("Bounce", "Grow.Once", "Jump", "Move.Diagonal", "Move.Zigzag")
-CLASS_SETS = {"target": SYNTHETIC_CLASSES, "source": SOURCE_CLASSES}
 GENERATOR_VERSION = 8
 MANIFEST = "synthetic.json"
 # Held-out seeds lie in [2**31, 2**32): a training plan's lie below (rng.integers(2**31)).
 HELDOUT_SEED_BASE = 2**31
-
-
-def class_names_of(classes: str) -> tuple[str, ...]:
-    """The class names of class set ``classes`` (``target`` or ``source``), in label order."""
-    if classes not in CLASS_SETS:
-        raise ValueError(f"data.init_args.classes: unknown class set {classes!r}; use one of {sorted(CLASS_SETS)}")
-    return CLASS_SETS[classes]
-
-
-def _shape_mask(kind: int, yy: np.ndarray, xx: np.ndarray, cy: float, cx: float, r: float) -> np.ndarray:
-    dy, dx = yy - cy, xx - cx
-    if kind == 0:  # disc
-        return dy * dy + dx * dx <= r * r
-    if kind == 1:  # square
-        return (np.abs(dy) <= r * 0.85) & (np.abs(dx) <= r * 0.85)
-    return (dy <= r * 0.7) & (np.abs(dx) <= (dy + r) * 0.6)  # triangle pointing up
-
-
-def _actor_track(label: int, t: np.ndarray, rng: np.random.Generator, h: int, w: int,
-                 classes: Sequence[str] = SYNTHETIC_CLASSES):
-    """Centre (y, x) and radius of the actor of class ``classes[label]`` at normalised times
-    ``t`` in [0, 1].
-
-    Everything happens near the centre, at a scale set by the frame height, so that a
-    training crop (short-side jitter then a square crop) keeps the whole path in view while
-    it still spans several patches. Directions and phases are random within a class (up or
-    down, left or right, clockwise or not...), so no class can be told from one frame or
-    from a flip."""
-    r0 = rng.uniform(0.1, 0.13) * h
-    cy0, cx0 = h / 2 + rng.uniform(-0.1, 0.1) * h, w / 2 + rng.uniform(-0.1, 0.1) * h
-    cls = classes[label]
-    r = np.full_like(t, r0)
-    cy, cx = np.full_like(t, cy0), np.full_like(t, cx0)
-    wobble = rng.normal(0, 1.0, t.shape).cumsum() * 0.1
-    sign = rng.choice([-1.0, 1.0])
-    cycles = rng.uniform(1.0, 1.5)
-    wave = 0.5 * (1 - np.cos(2 * np.pi * cycles * t + rng.uniform(0, np.pi)))  # in [0, 1]
-    if cls == "Blink":
-        # In place, hidden (radius 0) for half of each period of 10 to 16 frames.
-        period = rng.uniform(10, 16) / (len(t) - 1)
-        r = np.where(((t / period + rng.uniform(0, 1)) % 1.0) < 0.5, r0, 0.0)
-    elif cls == "Change.Size":
-        small, large = rng.uniform(0.04, 0.05) * h, rng.uniform(0.22, 0.26) * h
-        r = small + (large - small) * wave
-    elif cls == "Move.Circle":
-        turn = sign * 2 * np.pi * rng.uniform(0.8, 1.1)
-        phase = rng.uniform(0, 2 * np.pi)
-        rad = rng.uniform(0.2, 0.24) * h
-        cy, cx = h / 2 + rad * np.sin(phase + turn * t), w / 2 + rad * np.cos(phase + turn * t)
-    elif cls == "Move.Line":
-        along = h / 2 + sign * rng.uniform(0.5, 0.6) * h * (t - 0.5)
-        if rng.random() < 0.5:
-            cy, cx = along, cx0 + wobble
-        else:
-            cy, cx = cy0 + wobble, along - h / 2 + w / 2
-    elif cls == "Stay":
-        cy, cx = cy0 + wobble, cx0 + wobble[::-1]
-    # The source classes (drawn after the shared draws above, so the target's stay as they were).
-    elif cls == "Bounce":
-        # Arcs off a floor below the centre, 2 to 3 bounces, in place horizontally.
-        bounces, rise = rng.uniform(2.0, 3.0), rng.uniform(0.3, 0.36) * h
-        cy = h / 2 + 0.18 * h - rise * np.abs(np.sin(np.pi * bounces * t + rng.uniform(0, np.pi)))
-        cx = cx0 + wobble
-    elif cls == "Grow.Once":
-        # From small to large once (smoothstep over 0.5 to 0.7 of the video), never back.
-        small, large = rng.uniform(0.04, 0.05) * h, rng.uniform(0.22, 0.26) * h
-        start, span = rng.uniform(0.05, 0.25), rng.uniform(0.5, 0.7)
-        ramp = np.clip((t - start) / span, 0.0, 1.0)
-        r = small + (large - small) * ramp * ramp * (3 - 2 * ramp)
-        cy, cx = cy0 + wobble, cx0 + wobble[::-1]
-    elif cls == "Jump":
-        # Still, then from one frame to the next 0.3 to 0.4 of the height up, down, left or right.
-        when, distance = rng.uniform(0.35, 0.65), rng.uniform(0.3, 0.4) * h
-        dy, dx = ((1, 0), (-1, 0), (0, 1), (0, -1))[int(rng.integers(4))]
-        jumped = np.where(t >= when, 0.5, -0.5) * distance
-        cy, cx = h / 2 + dy * jumped + wobble, w / 2 + dx * jumped + wobble[::-1]
-    elif cls == "Move.Diagonal":
-        # Straight along one of the four diagonals.
-        along = rng.uniform(0.4, 0.5) * h * (t - 0.5)
-        cy, cx = h / 2 + rng.choice([-1.0, 1.0]) * along, w / 2 + sign * along
-    elif cls == "Move.Zigzag":
-        # Left or right with a vertical triangle wave (2 to 3 teeth of 0.12 to 0.15 of the height).
-        along = sign * rng.uniform(0.5, 0.6) * h * (t - 0.5)
-        teeth, amplitude = rng.uniform(2.0, 3.0), rng.uniform(0.12, 0.15) * h
-        triangle = 4 * np.abs((teeth * t + rng.uniform(0, 1)) % 1.0 - 0.5) - 1  # in [-1, 1]
-        cy, cx = h / 2 + amplitude * triangle, w / 2 + along
-    else:
-        raise ValueError(f"no motion for class {cls!r}")
-    return cy, cx, r
-
-
-def scene_start(rng: np.random.Generator, height: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The first draws of every synthetic video, in this order: its length, then its
-    background (a random colour gradient with fixed texture noise). Returns normalised times
-    ``t`` (N,), the pixel grids ``yy``, ``xx`` (H, W) and the background (H, W, 3) float."""
-    n = int(rng.integers(40, 57))
-    t = np.linspace(0.0, 1.0, n)
-    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
-    c0, c1 = rng.uniform(0, 120, 3), rng.uniform(0, 120, 3)
-    ramp = (xx / width * 0.6 + yy / height * 0.4)[..., None]
-    background = c0 * (1 - ramp) + c1 * ramp + rng.normal(0, 8, (height, width, 3))
-    return t, yy, xx, background
-
-
-def render_video(label: int, seed: int, height: int = 84, width: int = 112, classes: str = "target") -> np.ndarray:
-    """Frames (N, H, W, 3) uint8 of one synthetic video of class ``label`` of class set
-    ``classes`` (``target`` or ``source``)."""
-    rng = np.random.default_rng(seed)
-    t, yy, xx, background = scene_start(rng, height, width)
-    n = len(t)
-    kind, distractor_kind = rng.integers(0, 3, 2)
-    colour = rng.uniform(150, 255, 3)
-    distractor_colour = rng.uniform(120, 255, 3)
-    cy, cx, r = _actor_track(label, t, rng, height, width, class_names_of(classes))
-    # Distractor: a smaller shape on a smooth random walk, reflected at the borders.
-    velocity = rng.normal(0, 1.0, (n, 2)).cumsum(0) * 0.2
-    pos = np.array([rng.uniform(0.2, 0.8) * height, rng.uniform(0.2, 0.8) * width]) + velocity.cumsum(0)
-    pos = np.abs((pos + [height, width]) % (2 * np.array([height, width])) - [height, width])
-    d_radius = rng.uniform(0.05, 0.07) * height
-
-    frames = np.empty((n, height, width, 3), np.uint8)
-    for i in range(n):
-        img = background.copy()
-        img[_shape_mask(distractor_kind, yy, xx, pos[i, 0], pos[i, 1], d_radius)] = distractor_colour
-        if r[i] > 0:
-            img[_shape_mask(kind, yy, xx, cy[i], cx[i], r[i])] = colour
-        frames[i] = np.clip(img, 0, 255).astype(np.uint8)
-    return frames
 
 
 def write_long_video(path: str | os.PathLike, labels: Sequence[int], clips_per_segment: int = 3, seed: int = 10_000,
