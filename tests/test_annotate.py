@@ -127,7 +127,7 @@ def test_attention_is_blended_into_the_crop_region_only():
     np.testing.assert_array_equal(out[4, 6 + 4], frame[4, 6 + 4])  # a cold patch's centre: no colour
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def model(tiny_checkpoint):
     return load_model(tiny_checkpoint[0])
 
@@ -159,7 +159,7 @@ def enlarged(frames: np.ndarray) -> np.ndarray:
     return np.repeat(np.repeat(frames, SCALE, axis=1), SCALE, axis=2)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def video(tmp_path_factory) -> Path:
     """3 s: dark, bright, dark (10-frame class clips, enlarged to 96 x 128)."""
     path = tmp_path_factory.mktemp("annotate") / "porch.mp4"

@@ -66,7 +66,7 @@ def test_the_kind_is_registered_and_computes_its_formula():
     torch.testing.assert_close(module.forward_with_maps(x)[0], expected)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def trained(synthetic_root, tmp_path_factory):
     """A tanh_dna TimeSformer fitted and tested through the command line from a YAML config."""
     from dna_video.training.cli import main

@@ -31,7 +31,7 @@ from dna_video.tasks.video import VideoClassifier
 BROKEN = ["zero_length", "truncated_mp4", "truncated_avi", "corrupt_header", "png_as_mp4", "text_as_avi"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def files(tmp_path_factory):
     """Two good videos and one broken file of every kind, with the real files' names."""
     d = tmp_path_factory.mktemp("bad")

@@ -37,7 +37,7 @@ def frames(n, height=48, width=64, level=128):
     return np.clip(level + rng.normal(0, 20, (n, height, width, 3)), 0, 255).astype(np.uint8)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def bad(tmp_path_factory):
     """A 0-byte .mp4, a text file named .mp4, a 2x2-pixel video, a 3-frame video, a good video."""
     d = tmp_path_factory.mktemp("bad_videos")
@@ -49,7 +49,7 @@ def bad(tmp_path_factory):
     return {name: d / f"{name}.mp4" for name in ("empty", "text", "tiny", "three", "good")}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def checkpoint(tmp_path_factory):
     """A tiny TimeSformer (patch 8, 4 frames at sampling rate 2: a clip spans 7 frames) after one
     training step, saved by Lightning with its class names and evaluation settings."""

@@ -14,7 +14,7 @@ from dna_video.data.listfile import CLASS_FOLDER_REASON
 SMALL = dict(num_workers=0, batch_size=2, num_frames=4, sampling_rate=2, train_short_side=(32, 40), crop_size=32)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tree(tmp_path_factory):
     from video_trees import build_class_folder_tree
 

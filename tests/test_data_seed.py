@@ -14,7 +14,7 @@ from dna_video.data.video import write_video
 VIDEOS = 12
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def noise_videos(tmp_path_factory):
     """Videos of random pixels: any other frame, scale, crop or flip gives other values."""
     folder = tmp_path_factory.mktemp("noise")

@@ -14,7 +14,7 @@ from dna_video.tasks.video import VideoClassifier
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def parser(synthetic_root):
     """The CLI's parser (built by a run=False CLI on the tiny quickstart), to resolve configs
     without building their TimeSformer-B."""

@@ -14,7 +14,7 @@ from dna_video.data.video import write_video
 VIDEOS = 8
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def videos(tmp_path_factory):
     """Videos of random pixels and lengths (any other frame gives other values)."""
     folder = tmp_path_factory.mktemp("cache")

@@ -69,7 +69,7 @@ def _write_with_pyav(path: Path, options: dict[str, str], timestamps_ms: list[in
             container.mux(packet)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def videos(tmp_path_factory) -> dict[str, Path]:
     """kind -> file: H.264 mp4 (the toolkit's writer: keyframe every 16, no B-frames), MPEG-4
     Part 2 AVI (NTU RGB+D's format), H.264 with B-frames (decode order is not presentation

@@ -41,7 +41,7 @@ LOGIT_TOLERANCE = 0.15  # x the largest |fp32 logit|: see the module docstring
 INTEGER_OPS = {"MatMul": "MatMulInteger", "Gemm": "MatMulInteger", "Conv": "ConvInteger"}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def models(tmp_path_factory):
     """The tiny randomised DnA model (one block), exported once to fp32 ONNX and quantised:
     (net, metadata, fp32 path, int8 path)."""

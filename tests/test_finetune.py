@@ -21,7 +21,7 @@ TINY_NET = dict(arch="tiny", embed_dim=32, num_heads=2, depth=2, drop_path_rate=
 TINY = dict(network=TimeSformerSpec(**TINY_NET))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def source_ckpt(tmp_path_factory):
     """A real Lightning checkpoint of a 10-class, 8-frame DnA model after one training step."""
     torch.manual_seed(0)

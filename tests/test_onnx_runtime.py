@@ -59,7 +59,7 @@ def without_torch(*args: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def onnx_model(tiny_checkpoint, tmp_path_factory) -> Path:
     from dna_video.tools.export import main as export
 
@@ -68,7 +68,7 @@ def onnx_model(tiny_checkpoint, tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def class_videos(tmp_path_factory) -> Path:
     """20 new videos of the tiny model's classes (10 dark, 10 bright) in a list file with labels."""
     root = tmp_path_factory.mktemp("class_videos")

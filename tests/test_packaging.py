@@ -28,7 +28,7 @@ _NOT_SOURCES = shutil.ignore_patterns(
 )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def installed(tmp_path_factory) -> Path:
     """``pip install --no-deps --target`` of a copy of the checkout (so that a stale
     ``build/`` cannot add files, and the checkout gets none): the target folder."""
@@ -95,7 +95,7 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def outside(installed, tmp_path_factory) -> dict:
     """What :data:`_OUTSIDE_SCRIPT` found, run in a temporary folder with only the installed
     copy of dna_video importable (the venv's dependencies stay available)."""

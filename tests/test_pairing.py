@@ -108,7 +108,7 @@ def test_the_pairing_table_lists_each_kinds_shared_and_extra_names():
 
 
 # -- fine-tuning both members of a pair from one softmax checkpoint --------------------------------
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def softmax_checkpoint(tmp_path_factory):
     """A softmax checkpoint of another class count (the head is re-initialised on import),
     with weights no initialisation would give."""

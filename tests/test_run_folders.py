@@ -56,7 +56,7 @@ def test_claim_skips_taken_numbers_and_any_folder_a_racing_run_made(tmp_path):
     assert claim_run_folder(second) == tmp_path / "exp" / "version_5" and second._version == 5
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def finished_run(synthetic_root, tmp_path_factory):
     """A finished run (version_0 of experiment `exp`) and the bytes of its files."""
     logs = tmp_path_factory.mktemp("finished")

@@ -54,17 +54,17 @@ def read_rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def model(tiny_checkpoint):
     return load_model(tiny_checkpoint[0])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def long_video(tmp_path_factory) -> Path:
     return write(tmp_path_factory.mktemp("stream") / "hall.mp4", LONG, faststart=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def offline(model, long_video):
     """The file's timeline (decoded at once, decord), the reference of every live answer."""
     timeline = video_timeline(model, str(long_video))

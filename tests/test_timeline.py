@@ -74,12 +74,12 @@ def parse_srt(text: str) -> list[tuple[float, float, str]]:
     return cues
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def long_video(tmp_path_factory) -> Path:
     return write_long(tmp_path_factory.mktemp("long") / "kitchen.mp4")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def run_folder(tiny_checkpoint, long_video, tmp_path_factory):
     """``predict CKPT VIDEO --timeline`` with the checkpoint inside a run folder and no --out:
     (run folder, what it printed)."""
@@ -230,7 +230,7 @@ def test_timeline_option_mistakes_end_in_one_line(argv, message, tmp_path):
 # -- the figure, decoding once, memory -----------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def model(tiny_checkpoint):
     return load_model(tiny_checkpoint[0])
 
