@@ -8,7 +8,9 @@ of it beside the run.
   add --detach``), made once and reused;
 * :func:`single_thread_env`: the environment of a run process: one OpenMP / MKL thread
   whatever ``--jobs`` is (results must not depend on how many runs share the machine);
-* :func:`environment`: the record: commit, Python, platform, CPU, threads, library versions.
+* :func:`environment`: the record: commit, Python, platform, CPU, threads, library versions;
+* :class:`ForkedCli`: ``python cli.py ...`` commands run from a process that imported the
+  toolkit once, so that a grid of short fits does not spend most of its time importing.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from importlib import metadata
 from pathlib import Path
 
 __all__ = ["TreeState", "tree_state", "require_clean", "resolve_commit", "worktree", "single_thread_env", "environment",
-           "LIBRARIES"]
+           "ForkedCli", "LIBRARIES"]
 
 #: Distributions whose versions a run records (those that can change a number).
 LIBRARIES = ("torch", "torchvision", "lightning", "torchmetrics", "timm", "einops", "numpy", "scipy", "av",
@@ -153,3 +155,67 @@ def environment(state: TreeState | None = None) -> dict:
     if state is not None:
         record.update(commit=state.commit, dirty=state.dirty, changes=list(state.changes))
     return record
+
+
+#: What the fork server imports once: everything ``cli.py fit`` needs (torch, Lightning, the toolkit).
+CLI_PRELOAD = ("dna_video.training.cli",)
+_server_env: dict[str, str] | None = None  # the environment this process's fork server was started with
+
+
+def _cli_child(args: list[str], cwd: str, log: str) -> None:
+    """In a child of the fork server: ``python cli.py ARGS`` from ``cwd``, output appended to ``log``."""
+    os.chdir(cwd)
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.argv = ["cli.py", *args]
+    from dna_video.__main__ import main
+
+    main(args)  # its exit status becomes the child's (SystemExit)
+
+
+class ForkedCli:
+    """Runs ``python cli.py ARGS`` commands as children of one process that imported the toolkit
+    once (a ``multiprocessing`` fork server started with the runs' environment): the program,
+    environment, working directory and import path of the command, without its seconds of
+    importing torch and Lightning again for every run (most of a quick-grid fit). Each child
+    starts from the server's freshly imported state, never from an earlier run's, so a run
+    gives what the command gives in a process of its own (``--only`` checks that: it reruns a
+    cell as a plain process).
+
+    ``env`` is the runs' environment (:func:`single_thread_env`); the server is started with it,
+    before the caller's threads exist (a fork server is single-threaded, so forking it is safe)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        import multiprocessing
+        from multiprocessing import forkserver
+
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload(list(CLI_PRELOAD))
+        # cli.py's own default, read once when torch loads in the server (see cli.py).
+        env = {"OMP_WAIT_POLICY": "PASSIVE", **env}
+        global _server_env
+        if _server_env is not None and _server_env != env:
+            forkserver._forkserver._stop()  # one server per process: started again with this environment
+        _server_env = env
+        saved = {key: os.environ.get(key) for key in env}
+        os.environ.update(env)
+        try:
+            forkserver.ensure_running()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+    def run(self, command: list[str], cwd: Path, log: Path) -> int:
+        """Run ``command`` (``[python, "cli.py", *args]``) from ``cwd``, its output appended to
+        ``log``; its exit status (negative: the signal that ended it)."""
+        if len(command) < 2 or Path(command[1]).name != "cli.py":
+            raise ValueError(f"ForkedCli runs `python cli.py ...` commands, not {command[:3]}")
+        child = self._context.Process(target=_cli_child, args=(command[2:], str(cwd), str(log)))
+        child.start()
+        child.join()
+        return child.exitcode

@@ -1,6 +1,7 @@
 """`python -m experiments.denoising`: the design (cells, comparisons), the measures against a
-hand count, the quick grid end to end (real videos, real Lightning fits in processes of their
-own) with `--jobs 1` and `--jobs 2` writing identical rows and `--only` reproducing a row, and
+hand count, the quick grid end to end (real videos, real Lightning fits forked from a process
+that imported the toolkit once) with `--jobs 2`, `--only` rerunning a cell alone with its
+command as a plain process and finding its row again, and
 the README's report against `--table` on the committed results."""
 
 import csv

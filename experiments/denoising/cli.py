@@ -17,12 +17,13 @@ Every run is a function of its config, pair seed and environment: the runner ref
 with uncommitted changes (``--allow-dirty`` runs it as it is, rows marked ``+dirty``; ``--at
 REV`` runs that commit whatever the checkout holds), makes a
 git worktree of the commit under ``<out>/code/`` and runs everything from there (rendering, fits,
-measures), each fit a process of its own with one thread whatever ``--jobs`` is. Each run folder
+measures), each fit with one thread whatever ``--jobs`` is (its ``cli.py fit`` command, forked from
+a process that imported the toolkit once: :class:`~experiments.reproducible.ForkedCli`). Each run folder
 holds ``provenance.json`` (commit, command, library versions, threads) and ``cell.json`` (its
 measures); the CSV (one row per run) and a record per run (measures, resolved config,
 provenance) beside it are rewritten after every run. ``--only CELL`` reruns one cell from a
-worktree of the commit its row records, into ``<out>/reruns/``, and compares the new row with
-the CSV's (timing columns aside).
+worktree of the commit its row records, into ``<out>/reruns/``, its fit as a plain process,
+and compares the new row with the CSV's (timing columns aside).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from pathlib import Path
 from experiments.denoising import design, report
 from experiments.denoising.design import REPO, RESULTS, Cell
 from experiments.denoising.runs import Layout, render_data, run_cell
-from experiments.reproducible import require_clean, resolve_commit, single_thread_env, tree_state, worktree
+from experiments.reproducible import ForkedCli, require_clean, resolve_commit, single_thread_env, tree_state, worktree
 
 #: Columns that differ between two runs of the same cell by design (time, place).
 TIMING = ("fit_seconds",)
@@ -98,8 +99,9 @@ def _select(cells: list[Cell], groups: list[str] | None) -> list[Cell]:
 
 
 def _run_grid(cells: list[Cell], layout: Layout, code: Path, jobs: int, hours: float | None,
-              on_done) -> list[str]:
-    """Run the cells not finished yet, starts first; returns the failures."""
+              on_done, launcher: ForkedCli | None = None) -> list[str]:
+    """Run the cells not finished yet, starts first; returns the failures. Fits run through
+    ``launcher`` when given, else each as a process of its own."""
     failures: list[str] = []
     started = time.time()
     deadline = None if hours is None else started + hours * 3600
@@ -113,7 +115,7 @@ def _run_grid(cells: list[Cell], layout: Layout, code: Path, jobs: int, hours: f
         if cell.start is not None and not cell.start.done(layout.runs):
             failures.append(f"{cell.name}: its start {cell.start.name} did not finish")
             return
-        error = run_cell(cell, layout, code)
+        error = run_cell(cell, layout, code, launcher)
         if error:
             failures.append(f"{cell.name}: {error}")
         print(f"[{time.time() - started:7.0f} s] {cell.name}: {error or 'done'}", flush=True)
@@ -249,7 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     def write_results() -> None:
         report.write_results(all_cells + [c for c in cells if c not in all_cells], layout, csv_path, records)
 
-    failures = _run_grid(cells, layout, code, args.jobs, args.hours, write_results)
+    # The fits fork from a process that imported the toolkit once (started before the threads
+    # below); --only reruns a cell as a plain process, so it also checks that both give one row.
+    launcher = ForkedCli(single_thread_env(code))
+    failures = _run_grid(cells, layout, code, args.jobs, args.hours, write_results, launcher)
     write_results()
     rows = report.read_csv(csv_path)
     print(f"\n{len(rows)} runs in {csv_path}\n")

@@ -1,5 +1,5 @@
 """Running one cell: its data roots, its ``cli.py fit`` command (a process of its own, one
-thread), and its measures on the held-out test sets (:mod:`.measure`), written to ``cell.json``
+thread; in a grid, forked from a process that imported the toolkit once), and its measures on the held-out test sets (:mod:`.measure`), written to ``cell.json``
 beside the run with the record of what produced it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from experiments.denoising.design import CONFIG, QUICK, REPO, Cell, data_options, test_set_options
-from experiments.reproducible import environment, single_thread_env, tree_state
+from experiments.reproducible import ForkedCli, environment, single_thread_env, tree_state
 
 __all__ = ["Layout", "fit_command", "run_cell", "render_data", "cell_record"]
 
@@ -153,8 +153,10 @@ def cell_record(cell: Cell, layout: Layout, command: list[str], code: Path) -> d
     return record
 
 
-def run_cell(cell: Cell, layout: Layout, code: Path) -> str | None:
-    """Fit (unless finished) and measure ``cell``; None when done, else what failed."""
+def run_cell(cell: Cell, layout: Layout, code: Path, launcher: ForkedCli | None = None) -> str | None:
+    """Fit (unless finished) and measure ``cell``; None when done, else what failed. The fit runs
+    its command as a process of its own, or through ``launcher`` (the same command forked from a
+    process that imported the toolkit once)."""
     from experiments.denoising.measure import measure
 
     folder = cell.folder(layout.runs)
@@ -163,11 +165,15 @@ def run_cell(cell: Cell, layout: Layout, code: Path) -> str | None:
         folder.parent.mkdir(parents=True, exist_ok=True)
         command = fit_command(cell, layout)
         record = cell_record(cell, layout, command, code)
-        with open(folder.parent / "fit.log", "a") as log:
+        log_path = folder.parent / "fit.log"
+        with open(log_path, "a") as log:
             log.write(f"$ {record['command']}\n")
             log.flush()
-            code_ = subprocess.run(command, cwd=code, env=single_thread_env(code), stdout=log,
-                                   stderr=subprocess.STDOUT).returncode
+            if launcher is None:
+                code_ = subprocess.run(command, cwd=code, env=single_thread_env(code), stdout=log,
+                                       stderr=subprocess.STDOUT).returncode
+            else:
+                code_ = launcher.run(command, code, log_path)
         if code_ != 0:
             return f"fit failed (exit {code_}); log: {folder.parent / 'fit.log'}"
         record["fit_seconds"] = round(time.time() - started, 1)
