@@ -70,6 +70,7 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
 def test_compiled_fullgraph_matches_eager_and_compiles_once(fresh_dynamo):
     eager = randomised("every kind")
     assert [(kind_of(b.attn).name, kind_of(b.temporal_attn).name) for b in eager.blocks] == kind_slots("cyclic")

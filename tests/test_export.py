@@ -114,6 +114,7 @@ def test_temporal_attention_changes_the_output(kind):
     assert np.abs(after - before).max() > 100 * tolerance(before)
 
 
+@pytest.mark.slow
 def test_every_kind_exports_to_onnx_and_pt2(tmp_path):
     """One tiny model whose blocks hold every registered kind (one export, not one per kind:
     the cost is the graph's; each kind in the path it is not in in the TimeSformer-B test
