@@ -12,9 +12,10 @@ Generation is deterministic from ``seed``; the folder records the generator's pa
 is rebuilt when they change. Splits follow the Smarthome cross-subject protocol (train
 subjects without 19 and 25, validation 19 and 25, test the seven test subjects).
 
-Two class sets share the renderer (:mod:`.scenes`, numpy alone): ``target`` (:data:`SYNTHETIC_CLASSES`, the quickstart's and
-the denoising experiment's) and ``source`` (:data:`SOURCE_CLASSES`: five other motions, no
-label in common), for pretraining on one task and fine-tuning on the other.
+Two class sets share the renderer (:mod:`.scenes`, numpy alone): ``target``
+(:data:`SYNTHETIC_CLASSES`, the quickstart's and the denoising experiment's) and ``source``
+(:data:`SOURCE_CLASSES`: five other motions, no label in common), for pretraining on one task
+and fine-tuning on the other.
 
 A held-out test set (``test_videos``) is rendered from per-video seeds of their own stream
 (:func:`heldout_plan`), which never meets a seed of a training plan, into a folder of its own.

@@ -1,6 +1,7 @@
-"""Running one cell: its data roots, its ``cli.py fit`` command (a process of its own, one
-thread; in a grid, forked from a process that imported the toolkit once), and its measures on the held-out test sets (:mod:`.measure`), written to ``cell.json``
-beside the run with the record of what produced it."""
+"""Running one cell: its data roots, its ``cli.py fit`` command (one thread; in a grid, forked
+from a process that imported the toolkit once, else a process of its own), and its measures on
+the held-out test sets (:mod:`.measure`), written to ``cell.json`` beside the run with the
+record of what produced it."""
 
 from __future__ import annotations
 
