@@ -34,6 +34,8 @@ def class_names_of(classes: str) -> tuple[str, ...]:
 
 
 def shape_mask(kind: int, yy: np.ndarray, xx: np.ndarray, cy: float, cx: float, r: float) -> np.ndarray:
+    """Pixels (bool, the shape of the grids ``yy``, ``xx``) of shape ``kind`` (0 disc, 1 square,
+    2 triangle) of size ``r`` centred at (``cy``, ``cx``)."""
     dy, dx = yy - cy, xx - cx
     if kind == 0:  # disc
         return dy * dy + dx * dx <= r * r
