@@ -10,6 +10,8 @@ A new module must be placed in the table (:func:`test_every_module_is_placed`).
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -200,9 +202,6 @@ def test_networks_import_no_lightning():
 def test_rendering_and_writing_a_scene_import_neither_torch_nor_lightning():
     """A process that only renders and encodes synthetic videos (a dataset writer, the encoding
     test's processes) starts in a fraction of a second: no torch, no Lightning, in a real import."""
-    import subprocess
-    import sys
-
     probe = ("import sys, dna_video.data.scenes, dna_video.data.video; "
              "print(sorted(m for m in ('torch', 'lightning', 'pytorch_lightning') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout

@@ -2,7 +2,7 @@
 of the denoising experiment (``python -m experiments.denoising``).
 
 Each video holds the actor of :mod:`.synthetic` (its motion defines the class; the same five
-classes) drawn with a texture of its own, diagonal stripes, which no distractor ever has, so
+classes; both renderers live in :mod:`.scenes`) drawn with a texture of its own, diagonal stripes, which no distractor ever has, so
 the actor stays identifiable whatever the distractors do. The ``level`` sets what the
 distractors do:
 
