@@ -1,8 +1,8 @@
 """A run protects the user's work: divergence stops, resume resumes, errors at the right place.
 
 A process that must die runs on its own: SIGTERM as a real subprocess of ``python cli.py``,
-SIGKILL in a forked copy of the test process (``run_helpers.forked_cli``: no second start-up
-of torch and Lightning). The rest runs in-process (``cli.console_main``, what ``python cli.py``
+SIGKILL in a process forked from a fork server (``run_helpers.forked_cli``: no second start-up
+of torch and Lightning per run). The rest runs in-process (``cli.console_main``, what ``python cli.py``
 runs: its exit status and stderr), the runs a killed one is compared with included.
 """
 

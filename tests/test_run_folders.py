@@ -25,8 +25,13 @@ def quick_args(root, log_dir, *extra):
 
 @pytest.mark.slow
 def test_two_fits_started_together_get_a_folder_each(synthetic_root, tmp_path):
-    # Two processes forked at once (run_helpers.forked_cli: no interpreter start-up, so they
-    # reach the folder claim closer together than two new interpreters would).
+    # This process runs a compiled backward first, as the torch.compile tests may have on this
+    # worker: a child forked from it could not use autograd, one from the fork server can.
+    compiled = torch.compile(torch.nn.Linear(2, 2), backend="aot_eager")
+    compiled(torch.ones(1, 2, requires_grad=True)).sum().backward()
+    torch._dynamo.reset()
+    # Two processes forked at once from a fork server (run_helpers.forked_cli: no interpreter
+    # start-up, so they reach the folder claim closer together than two new interpreters would).
     runs = [forked_cli(["fit", *quick_args(synthetic_root, tmp_path)], tmp_path / f"output_{i}.txt") for i in range(2)]
     for i, process in enumerate(runs):
         process.join(timeout=600)
