@@ -124,7 +124,7 @@ def confusion_figure(counts: Sequence[Sequence[int]] | np.ndarray, class_names: 
     k = counts.shape[0]
     totals = counts.sum(axis=1, keepdims=True)
     shares = np.divide(counts, totals, out=np.full_like(counts, np.nan), where=totals > 0)
-    side = max(4.0, 0.45 * k + 2.5)
+    side = max(4.0, 0.2 * k + 2.5)
     fig = Figure(figsize=(side + 1.2, side), layout="constrained")
     ax = fig.add_subplot()
     image = ax.imshow(shares, cmap="Blues", vmin=0.0, vmax=1.0)

@@ -293,6 +293,14 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
 
         model = onnx.load(str(path), load_external_data=False)
         return {prop.key: json.loads(prop.value) for prop in model.metadata_props}
+    # A .pt2 is a zip archive with extra files under <archive>/extra/: read the one file,
+    # not the whole program (seconds for a large model); any other layout is loaded whole.
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        names = [n for n in archive.namelist() if n.endswith(f"/extra/{PT2_METADATA_FILE}")]
+        if len(names) == 1:
+            return json.loads(archive.read(names[0]) or "{}")
     return load_pt2(path)[1]
 
 

@@ -212,7 +212,9 @@ class AtomicSaveConfig(SaveConfigCallback):
             if type(get_filesystem(log_dir)).__name__ != "LocalFileSystem":
                 return super().setup(trainer, pl_module, stage)
             with atomic_path(Path(log_dir) / self.config_filename) as partial:
-                self.parser.save(self.config, str(partial), skip_none=False, overwrite=True, multifile=self.multifile)
+                # Parsing validated the config; validating again on save is most of its cost.
+                self.parser.save(self.config, str(partial), skip_none=False, skip_validation=True, overwrite=True,
+                                 multifile=self.multifile)
         if trainer.is_global_zero:
             self.save_config(trainer, pl_module, stage)
             self.already_saved = True
