@@ -21,7 +21,6 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from importlib import metadata
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 __all__ = ["TreeState", "tree_state", "require_clean", "resolve_commit", "worktree", "single_thread_env", "environment",
@@ -197,8 +196,8 @@ class ForkedCli:
         # cli.py's own default, read once when torch loads in the server (see cli.py).
         env = {"OMP_WAIT_POLICY": "PASSIVE", **env}
         global _server_env
-        if _server_env != env:  # one server per process (any other caller's too): started again with this environment
-            forkserver._forkserver._stop()
+        if _server_env is not None and _server_env != env:
+            forkserver._forkserver._stop()  # one server per process: started again with this environment
         _server_env = env
         saved = {key: os.environ.get(key) for key in env}
         os.environ.update(env)
@@ -211,18 +210,12 @@ class ForkedCli:
                 else:
                     os.environ[key] = value
 
-    def start(self, command: list[str], cwd: Path, log: Path) -> BaseProcess:
-        """Start ``command`` (``[python, "cli.py", *args]``) from ``cwd``, its output appended
-        to ``log``; the child, not waited for (``join()``, then ``exitcode``)."""
+    def run(self, command: list[str], cwd: Path, log: Path) -> int:
+        """Run ``command`` (``[python, "cli.py", *args]``) from ``cwd``, its output appended to
+        ``log``; its exit status (negative: the signal that ended it)."""
         if len(command) < 2 or Path(command[1]).name != "cli.py":
             raise ValueError(f"ForkedCli runs `python cli.py ...` commands, not {command[:3]}")
         child = self._context.Process(target=_cli_child, args=(command[2:], str(cwd), str(log)))
         child.start()
-        return child
-
-    def run(self, command: list[str], cwd: Path, log: Path) -> int:
-        """Run ``command`` as :meth:`start` does and wait; its exit status (negative: the signal
-        that ended it)."""
-        child = self.start(command, cwd, log)
         child.join()
         return child.exitcode

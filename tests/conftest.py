@@ -27,11 +27,39 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist, the slow tests first (in file order), then the rest (see
-    :func:`pytest_configure`). Every worker sorts its collection the same way (xdist requires
-    the same order); a run without xdist keeps file order."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The tests marked ``forks`` first, in every run: they fork this process (:func:`forked_cli`),
+    and once a process has run a compiled backward (the ``torch.compile`` tests) the children
+    forked from it cannot use autograd. Then, under pytest-xdist, the slow tests (in file order),
+    then the rest (see :func:`pytest_configure`). Every worker sorts its collection the same way
+    (xdist requires the same order) and runs the tests it is sent in that order, so on each
+    worker the forking tests come before any compile test. A run without xdist keeps file order
+    after the forking tests."""
+    xdist = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+    items.sort(key=lambda item: (item.get_closest_marker("forks") is None,
+                                 xdist and item.get_closest_marker("slow") is None))
+
+
+@pytest.fixture
+def forked_cli(request):
+    """:func:`run_helpers.forked_cli`, for a test marked ``forks`` (run first: see
+    :func:`pytest_collection_modifyitems`); fails naming the cause when this process can no
+    longer fork children that use autograd."""
+    from run_helpers import fork_can_use_autograd, forked_cli
+
+    if request.node.get_closest_marker("forks") is None:
+        pytest.fail("a test that forks the test process (forked_cli) must be marked @pytest.mark.forks")
+    import torch
+
+    # One thread while the test runs (as under pytest-xdist): a child forked from a process
+    # whose OpenMP pool has threads hangs in its first parallel region, and the test's own runs
+    # then use the child's thread count (the same kernels, the same bits).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    request.addfinalizer(lambda: torch.set_num_threads(threads))
+    if not fork_can_use_autograd():
+        pytest.fail("this process ran a compiled backward before this test, so its forked children cannot use "
+                    "autograd: the tests marked forks must run before the torch.compile tests (tests/conftest.py)")
+    return forked_cli
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 """Shared by the run tests: the command-line options of a tiny quickstart run, a callback
 that makes a training process die at a chosen step (given on the command line:
---trainer.callbacks+=run_helpers.SignalAt), and ``python cli.py`` in a process forked from a fork server."""
+--trainer.callbacks+=run_helpers.SignalAt), and ``python cli.py`` in a forked process."""
 
+import multiprocessing
 import os
 import signal
 import sys
@@ -59,16 +60,39 @@ def tiny_run_args(root, log_dir, *extra):
 
 
 def forked_cli(args: list[str], output: Path) -> BaseProcess:
-    """``python cli.py ARGS`` in a process of its own (its signals, exit status and files),
-    forked from a fork server that imported the toolkit once (``experiments.reproducible.ForkedCli``)
-    rather than started as a new interpreter (seconds of importing torch and Lightning). Not
-    forked from this test process: once a process has run a compiled backward (the
-    ``torch.compile`` tests), a child forked from it cannot use autograd. Its standard output and
-    error go to the file ``output``. Started, not waited for: ``join()``, then ``exitcode``
-    (-N: killed by signal N; 1: an exception, its traceback in ``output``)."""
-    from experiments.reproducible import ForkedCli
+    """``python cli.py ARGS`` (``cli.console_main``) in a forked copy of this process: a
+    process of its own (its signals, exit status and files), without the seconds of CPU a new
+    interpreter spends importing torch and Lightning. Its standard output and error go to the
+    file ``output``. Started, not waited for: ``join()``, then ``exitcode`` (-N: killed by
+    signal N; 1: an exception, its traceback in ``output``). Tests take it as the ``forked_cli``
+    fixture (conftest), which checks that they are marked ``forks`` and so run first."""
+    process = multiprocessing.get_context("fork").Process(target=_console_main_into, args=(list(args), str(output)))
+    process.start()
+    return process
 
-    # This process's environment (its one thread), without the name of the current test, so
-    # that the tests of a worker share one server.
-    env = {key: value for key, value in os.environ.items() if key != "PYTEST_CURRENT_TEST"}
-    return ForkedCli(env).start([sys.executable, "cli.py", *args], Path.cwd(), output)
+
+def fork_can_use_autograd() -> bool:
+    """Whether a child forked from this process can run a backward pass: not once this process
+    has run a compiled backward (torch starts autograd threads a forked child cannot have)."""
+    pid = os.fork()
+    if pid == 0:  # the child: a tiny backward, then out without any cleanup of the parent's state
+        code = 1
+        try:
+            import torch
+
+            torch.ones(1, requires_grad=True).sum().backward()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def _console_main_into(args: list[str], output: str) -> None:
+    from dna_video.training.cli import console_main
+
+    stream = open(output, "w", buffering=1)
+    for fd in (1, 2):  # C-level output too
+        os.dup2(stream.fileno(), fd)
+    sys.stdout = sys.stderr = stream
+    console_main(args)

@@ -1,8 +1,8 @@
 """A run protects the user's work: divergence stops, resume resumes, errors at the right place.
 
 A process that must die runs on its own: SIGTERM as a real subprocess of ``python cli.py``,
-SIGKILL in a process forked from a fork server (``run_helpers.forked_cli``: no second start-up
-of torch and Lightning per run). The rest runs in-process (``cli.console_main``, what ``python cli.py``
+SIGKILL in a forked copy of the test process (the ``forked_cli`` fixture: no second start-up
+of torch and Lightning; marked ``forks``, so it runs before any compile test, see conftest). The rest runs in-process (``cli.console_main``, what ``python cli.py``
 runs: its exit status and stderr), the runs a killed one is compared with included.
 """
 
@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from dna_video.training.callbacks.guard import NonFiniteError, NonFiniteGuard
-from run_helpers import forked_cli, short_run_args
+from run_helpers import short_run_args
 from dna_video.training.runs import AtomicCheckpointIO, Experiment, RestoreError, compare_hparams, find_latest_run, record_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -239,8 +239,10 @@ def test_divergence_stops_the_process_and_keeps_the_last_good_checkpoint(synthet
 
 
 @pytest.mark.slow
+@pytest.mark.forks
 def test_sigkill_mid_epoch_then_ckpt_path_last_reaches_the_uninterrupted_result(synthetic_root, tmp_path, capsys,
-                                                                                caplog, restore_determinism):
+                                                                                caplog, restore_determinism,
+                                                                                forked_cli):
     args = ["--trainer.max_epochs=3", "--trainer.limit_train_batches=3", "--trainer.deterministic=true",
             "--trainer.logger.init_args.flush_logs_every_n_steps=1"]  # epoch 0's rows on disk before the kill
     logs = tmp_path / "killed"

@@ -13,7 +13,7 @@ import torch
 
 from dna_video.training.cli import main
 from dna_video.training.runs import RestoreError, claim_run_folder, run_files
-from run_helpers import forked_cli, short_run_args
+from run_helpers import short_run_args
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -24,14 +24,10 @@ def quick_args(root, log_dir, *extra):
 
 
 @pytest.mark.slow
-def test_two_fits_started_together_get_a_folder_each(synthetic_root, tmp_path):
-    # This process runs a compiled backward first, as the torch.compile tests may have on this
-    # worker: a child forked from it could not use autograd, one from the fork server can.
-    compiled = torch.compile(torch.nn.Linear(2, 2), backend="aot_eager")
-    compiled(torch.ones(1, 2, requires_grad=True)).sum().backward()
-    torch._dynamo.reset()
-    # Two processes forked at once from a fork server (run_helpers.forked_cli: no interpreter
-    # start-up, so they reach the folder claim closer together than two new interpreters would).
+@pytest.mark.forks
+def test_two_fits_started_together_get_a_folder_each(synthetic_root, tmp_path, forked_cli):
+    # Two processes forked at once (run_helpers.forked_cli: no interpreter start-up, so they
+    # reach the folder claim closer together than two new interpreters would).
     runs = [forked_cli(["fit", *quick_args(synthetic_root, tmp_path)], tmp_path / f"output_{i}.txt") for i in range(2)]
     for i, process in enumerate(runs):
         process.join(timeout=600)
