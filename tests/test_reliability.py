@@ -2,8 +2,9 @@
 
 A process that must die runs on its own: SIGTERM as a real subprocess of ``python cli.py``,
 SIGKILL in a forked copy of the test process (the ``forked_cli`` fixture: no second start-up
-of torch and Lightning; marked ``forks``, so it runs before any compile test, see conftest). The rest runs in-process (``cli.console_main``, what ``python cli.py``
-runs: its exit status and stderr), the runs a killed one is compared with included.
+of torch and Lightning; marked ``forks``, so it runs before any compile test, see conftest).
+The rest runs in-process (``cli.console_main``, what ``python cli.py`` runs: its exit status
+and stderr), the runs a killed one is compared with included.
 """
 
 import logging
