@@ -51,6 +51,7 @@ class Import:
     target: str  # a module of the package, or a top-level name outside it
     file: str
     line: int
+    at_import: bool = True  # run when the importer is imported (not inside a function or `if TYPE_CHECKING:`)
 
 
 def _modules() -> dict[str, Path]:
@@ -74,7 +75,9 @@ def _imports(mods: dict[str, Path]) -> list[Import]:
     for module, f in mods.items():
         package = module.split(".") if f.name == "__init__.py" else module.split(".")[:-1]
         rel = f.relative_to(ROOT.parent).as_posix()
-        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+        tree = ast.parse(f.read_text(), str(f))
+        deferred = {id(inner) for outer in ast.walk(tree) if _defers(outer) for inner in ast.walk(outer) if inner is not outer}
+        for node in ast.walk(tree):
             names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -90,8 +93,16 @@ def _imports(mods: dict[str, Path]) -> list[Import]:
                     target = known(name)
                 else:
                     target = name.partition(".")[0]
-                out.append(Import(module, target, rel, node.lineno))
+                out.append(Import(module, target, rel, node.lineno, id(node) not in deferred))
     return list(dict.fromkeys(out))  # `from pkg import a, b`: one import of pkg
+
+
+def _defers(node: ast.AST) -> bool:
+    """Code under ``node`` does not run when its module is imported: a function's body, or an
+    ``if TYPE_CHECKING:`` block."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        return True
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
 
 
 def _layer(module: str) -> int | None:
@@ -206,3 +217,46 @@ def test_rendering_and_writing_a_scene_import_neither_torch_nor_lightning():
              "print(sorted(m for m in ('torch', 'lightning', 'pytorch_lightning') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
+
+
+# What `dna-video predict CKPT ...` imports when it starts, and when it runs a timeline, a
+# stream or an annotated video (the tool imports these modules in the functions that do).
+PREDICT = ["dna_video.tools.predict", "dna_video.analysis.timeline", "dna_video.analysis.window_network",
+           "dna_video.analysis.stream", "dna_video.analysis.annotate"]
+
+
+def _import_path(roots: list[str], wanted: set[str]) -> list[str] | None:
+    """The chain of imports by which importing ``roots`` loads a module of ``wanted`` (None:
+    none does): module-level imports followed through the package, each module's parent
+    packages included (Python runs a package's ``__init__`` before its submodules)."""
+    edges: dict[str, list[str]] = {}
+    for imp in IMPORTS:
+        if imp.at_import:
+            edges.setdefault(imp.importer, []).append(imp.target)
+    came_from: dict[str, str | None] = dict.fromkeys(roots)
+    todo = list(roots)
+    while todo:
+        module = todo.pop(0)
+        if module in wanted:
+            chain = [module]
+            while came_from[chain[-1]] is not None:
+                chain.append(came_from[chain[-1]])
+            return chain[::-1]
+        if not _inside(module):
+            continue
+        parent = module.rpartition(".")[0]
+        for target in edges.get(module, []) + ([parent] if parent else []):
+            if target not in came_from:
+                came_from[target] = module
+                todo.append(target)
+    return None
+
+
+def test_predict_starts_without_lightning():
+    """``predict`` on a checkpoint runs a TimeSformer, not a Lightning run: nothing it imports
+    imports Lightning, which would add a third to its start-up (4 of 12 s on a 2-core CPU).
+    Read statically, so it covers the package's own imports, not what a library imports."""
+    chain = _import_path(PREDICT, LIGHTNING)
+    assert chain is None, "predict imports Lightning: " + " -> ".join(chain)
+    # The check sees a chain where there is one (the training command's).
+    assert _import_path(["dna_video.training.cli"], LIGHTNING)[0] == "dna_video.training.cli"

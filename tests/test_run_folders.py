@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from dna_video.training.cli import main
-from dna_video.training.runs import RestoreError, claim_run_folder, run_files
+from dna_video.common.run_folders import run_files
+from dna_video.training.runs import RestoreError, claim_run_folder
 from run_helpers import short_run_args
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,7 +17,6 @@ Every setting can be overridden.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,6 @@ from torch import Tensor
 from dna_video.checkpoints import CheckpointError, timesformer_from_checkpoint
 from dna_video.checkpoints.layouts import infer_geometry
 from dna_video.checkpoints.upgrade import upgrade_checkpoint
-from dna_video.data.datamodule import VideoDataModule
 from dna_video.data.eval_settings import EvalSettings, read_view_frames
 from dna_video.data.sampling import short_videos_note
 from dna_video.data.transforms import EvalClipTransform
@@ -56,15 +54,13 @@ def _settings_from_config(config: Path) -> EvalSettings | None:
 
 
 def _settings_from_arguments(args: dict[str, Any]) -> EvalSettings:
-    """Test settings of a DataModule's constructor arguments, with the :class:`VideoDataModule`
-    defaults for the ones not given."""
-    defaults = {
-        name: p.default for name, p in inspect.signature(VideoDataModule.__init__).parameters.items()
-        if p.default is not inspect.Parameter.empty
-    }
-    merged = {**defaults, **args}
-    return EvalSettings.from_fields({**merged, "num_clips": merged["test_num_clips"],
-                                     "num_crops": merged["test_num_crops"]})
+    """Test settings of a DataModule's constructor arguments; those not given take the
+    :class:`EvalSettings` defaults, which are :class:`~dna_video.data.datamodule.VideoDataModule`'s
+    (read here without importing it, so predict starts without Lightning)."""
+    defaults = EvalSettings()
+    views = {"num_clips": args.get("test_num_clips", defaults.num_clips),
+             "num_crops": args.get("test_num_crops", defaults.num_crops)}
+    return EvalSettings.from_fields({**args, **views})
 
 
 @dataclass

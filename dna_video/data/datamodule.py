@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from dna_video.data.dataset import VideoClipDataset, VideoRecord, collate_videos
 from dna_video.data.decoders import resolve_decoder
+from dna_video.data.eval_settings import EvalSettings
 from dna_video.data.protocols import Protocol
 from dna_video.data.sampling import FrameSampler
 from dna_video.data.seeding import SeededSampler
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 __all__ = ["VideoDataModule", "Catalog", "SplitRecords", "SplitSummary"]
 
 SPLITS = ("train", "val", "test")
+# The clip and test-view defaults are EvalSettings' (stated once): a checkpoint or config that
+# leaves one out is read as this DataModule would have made it, without importing this module.
+_EVAL = EvalSettings()
 
 
 @dataclass
@@ -206,21 +210,21 @@ class VideoDataModule(L.LightningDataModule):
         root: str,
         batch_size: int = 8,
         num_workers: int = 8,
-        decoder: Literal["decord", "pyav", "torchcodec"] = "decord",
-        num_frames: int = 8,
-        sampling_rate: int = 32,
-        target_fps: float | None = 30.0,
-        sampling: str = "clip",
-        short_video: str = "clamp",
+        decoder: Literal["decord", "pyav", "torchcodec"] = _EVAL.decoder,
+        num_frames: int = _EVAL.num_frames,
+        sampling_rate: int = _EVAL.sampling_rate,
+        target_fps: float | None = _EVAL.target_fps,
+        sampling: str = _EVAL.sampling,
+        short_video: str = _EVAL.short_video,
         train_short_side: tuple[int, int] = (256, 320),
-        crop_size: int = 224,
+        crop_size: int = _EVAL.crop_size,
         hflip: bool = True,
-        mean: Sequence[float] = (0.45, 0.45, 0.45),
-        std: Sequence[float] = (0.225, 0.225, 0.225),
+        mean: Sequence[float] = _EVAL.mean,
+        std: Sequence[float] = _EVAL.std,
         val_num_clips: int = 1,
         val_num_crops: int = 3,
-        test_num_clips: int = 1,
-        test_num_crops: int = 3,
+        test_num_clips: int = _EVAL.num_clips,
+        test_num_crops: int = _EVAL.num_crops,
         max_retries: int = 10,
         pin_memory: bool = False,
         persistent_workers: bool = False,

@@ -59,6 +59,7 @@ from torch.utils.data import DataLoader, Dataset
 from dna_video.analysis.inference import LoadedModel, VideoTooSmallError, device_of, load_model, load_views
 from dna_video.analysis.predictions import prediction_records
 from dna_video.common.atomic import atomic_path
+from dna_video.common.run_folders import evaluation_folder
 from dna_video.data.decoders import resolve_decoder
 from dna_video.data.video import VideoDecodeError
 from dna_video.tasks.views import mean_view_probs
@@ -196,8 +197,6 @@ def _timeline_folder(args: argparse.Namespace) -> Path:
     """``--out``, else the ``predict/`` folder of the checkpoint's run, else ``./predict``."""
     if args.out:
         return Path(args.out)
-    from dna_video.training.runs import evaluation_folder
-
     return (evaluation_folder(args.checkpoint) or Path.cwd()) / "predict"
 
 

@@ -33,6 +33,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from dna_video.checkpoints.upgrade import upgrade_checkpoint
 from dna_video.common.atomic import atomic_path
+from dna_video.common.run_folders import evaluation_folder, run_files
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +46,9 @@ __all__ = [
     "compare_hparams",
     "find_latest_run",
     "claim_run_folder",
-    "evaluation_folder",
     "keep_csv_metrics",
     "read_run_checkpoint",
     "record_run",
-    "run_files",
     "run_of_checkpoint",
     "start_run",
 ]
@@ -354,21 +353,11 @@ def set_logger_version(logger: Any, version: str, subfolder: str | None = None) 
 
 # Loggers whose runs are folders `<save_dir>/<name>/<version>`: the ones a run folder is claimed for.
 FOLDER_LOGGERS = ("TensorBoardLogger", "CSVLogger")
-# Files that mark a folder as holding a run.
-RUN_FILES = ("summary.json", "config.yaml", "hparams.yaml", "metrics.csv")
 
 
 def _is_rank_zero() -> bool:
     """From the launcher's environment: ``Trainer.global_rank`` is set only once a run starts."""
     return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0 and os.environ.get("NODE_RANK", "0") == "0"
-
-
-def run_files(folder: str | os.PathLike) -> list[str]:
-    """What in ``folder`` belongs to a run: its result files and checkpoints (empty: no run)."""
-    folder = Path(folder)
-    found = [name for name in RUN_FILES if (folder / name).is_file()]
-    found += [f"checkpoints/{p.name}" for p in sorted((folder / "checkpoints").glob("*.ckpt"))]
-    return found
 
 
 def claim_run_folder(logger: Any) -> Path:
@@ -418,15 +407,6 @@ def start_run(loggers: list[Any], subcommand: str, ckpt_path: str | None, overwr
             )
         log.warning("--overwrite: fit writes over the run in %s (%d files there are replaced as it writes)",
                     folder, len(held))
-
-
-def evaluation_folder(checkpoint: str | os.PathLike) -> Path | None:
-    """The run folder that holds ``checkpoint`` (``<run>/checkpoints/<file>.ckpt`` beside the
-    run's files), or None for a checkpoint kept anywhere else."""
-    folder = Path(checkpoint).resolve().parent
-    if folder.name != "checkpoints" or not run_files(folder.parent):
-        return None
-    return folder.parent
 
 
 def keep_csv_metrics(logger: Any) -> None:
