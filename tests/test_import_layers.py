@@ -76,7 +76,7 @@ def _imports(mods: dict[str, Path]) -> list[Import]:
         package = module.split(".") if f.name == "__init__.py" else module.split(".")[:-1]
         rel = f.relative_to(ROOT.parent).as_posix()
         tree = ast.parse(f.read_text(), str(f))
-        deferred = {id(inner) for outer in ast.walk(tree) if _defers(outer) for inner in ast.walk(outer) if inner is not outer}
+        deferred = {id(inner) for outer in ast.walk(tree) for part in _deferred_parts(outer) for inner in ast.walk(part)}
         for node in ast.walk(tree):
             names: list[str] = []
             if isinstance(node, ast.Import):
@@ -97,12 +97,14 @@ def _imports(mods: dict[str, Path]) -> list[Import]:
     return list(dict.fromkeys(out))  # `from pkg import a, b`: one import of pkg
 
 
-def _defers(node: ast.AST) -> bool:
-    """Code under ``node`` does not run when its module is imported: a function's body, or an
-    ``if TYPE_CHECKING:`` block."""
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-        return True
-    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+def _deferred_parts(node: ast.AST) -> list[ast.AST]:
+    """The parts of ``node`` that do not run when its module is imported: a function's body,
+    an ``if TYPE_CHECKING:`` block's body (not its ``else``)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return list(node.body)
+    if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        return list(node.body)
+    return []
 
 
 def _layer(module: str) -> int | None:
