@@ -21,6 +21,8 @@ import sys
 import types
 import warnings
 
+from dna_video.common.lazy import lazy_exports
+
 # OpenMP threads that sleep when idle, unless the user chose (a training process on shared
 # cores loses most of its time to spinning threads; see benchmarks/README.md). Read once, when
 # torch loads: set here because `python -m dna_video` and the `dna-video` command import this
@@ -47,16 +49,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'dna_video' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 # -- 0.1 module paths, kept for one release -------------------------------------------------------

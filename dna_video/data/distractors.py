@@ -2,9 +2,9 @@
 of the denoising experiment (``python -m experiments.denoising``).
 
 Each video holds the actor of :mod:`.synthetic` (its motion defines the class; the same five
-classes; both renderers live in :mod:`.scenes`) drawn with a texture of its own, diagonal stripes, which no distractor ever has, so
-the actor stays identifiable whatever the distractors do. The ``level`` sets what the
-distractors do:
+classes; both renderers live in :mod:`.scenes`) drawn with a texture of its own, diagonal
+stripes, which no distractor ever has, so the actor stays identifiable whatever the
+distractors do. The ``level`` sets what the distractors do:
 
 * ``none``: no distractor (the clean rendering of every video);
 * ``random``: ``num_distractors`` shapes on smooth random walks over the whole frame;

@@ -10,29 +10,18 @@ The names below load their module on first use (PEP 562): importing :mod:`.views
 
 from __future__ import annotations
 
-import importlib
+from dna_video.common.lazy import lazy_exports
 
 # Public name -> the module of this package that defines it.
 _EXPORTS = {
-    "TaskModule": "base",
-    "ImageClassifier": "image",
-    "ProbeClassifierModule": "probe",
-    "ProbeOptions": "probe",
-    "Evaluation": "video",
-    "Schedule": "video",
-    "VideoClassifier": "video",
+    "TaskModule": ".base",
+    "ImageClassifier": ".image",
+    "ProbeClassifierModule": ".probe",
+    "ProbeOptions": ".probe",
+    "Evaluation": ".video",
+    "Schedule": ".video",
+    "VideoClassifier": ".video",
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
