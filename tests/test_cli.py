@@ -7,7 +7,7 @@ import pytest
 import torch
 import yaml
 
-from dna_video.training.cli import main
+from dna_video.training.cli import DnACLI, main
 from dna_video.data.synthetic import SYNTHETIC_CLASSES
 
 K = len(SYNTHETIC_CLASSES)
@@ -119,6 +119,20 @@ def test_help_documents_model_and_data_options(capsys):
         main(["fit", "--data=dna_video.data.SyntheticSmarthome", "--data.help", "dna_video.data.SyntheticSmarthome"])
     text = capsys.readouterr().out
     assert "--data.sampling_rate" in text and "interval between sampled frames" in text
+    # A command builds the parser of its subcommand alone; without one, every subcommand is listed.
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "{fit,validate,test,predict}" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["test", "--help"])
+    assert "[options] test [-c CONFIG]" in capsys.readouterr().out
+    cli = DnACLI.__new__(DnACLI)
+    for given, built in ((["test", "--config", "x.yaml"], {"test"}), (["--help"], {"fit", "validate", "test", "predict"})):
+        cli.given_args = given
+        assert set(cli.subcommands()) == built
+    with pytest.raises(SystemExit):
+        main(["tset"])
+    assert "invalid choice: 'tset' (choose from 'fit', 'validate', 'test', 'predict')" in capsys.readouterr().err
 
 
 @pytest.mark.slow
