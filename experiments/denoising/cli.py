@@ -34,7 +34,7 @@ import os
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from experiments.denoising import design, report
@@ -121,21 +121,25 @@ def _run_grid(cells: list[Cell], layout: Layout, code: Path, jobs: int, hours: f
         print(f"[{time.time() - started:7.0f} s] {cell.name}: {error or 'done'}", flush=True)
         on_done()
 
-    # In the design's order (the primary before the exploratory runs); a run waits for its start,
-    # which the order puts earlier, so it is already running or done: no worker waits on a queued one.
-    futures = {}
-    with ThreadPoolExecutor(max(jobs, 1)) as pool:
-        for cell in cells:
-            start = futures.get(cell.start)
-
-            def job(cell=cell, start=start):
-                if start is not None:
-                    start.result()
-                work(cell)
-
-            futures[cell] = pool.submit(job)
-    for future in futures.values():
-        future.result()
+    # In the design's order (the primary before the exploratory runs), each cell once its start
+    # has finished: a free worker takes the first cell it can run instead of waiting on a start
+    # (the quick grid's second worker began with the DnA pretraining, not idle for the softmax one).
+    workers = max(jobs, 1)
+    waiting, finished, running = list(cells), set(), {}
+    with ThreadPoolExecutor(workers) as pool:
+        while waiting or running:
+            for cell in list(waiting):
+                if len(running) == workers:
+                    break
+                if cell.start is None or cell.start in finished or cell.start not in cells:
+                    waiting.remove(cell)
+                    running[pool.submit(work, cell)] = cell
+            if not running:  # cannot happen (a start precedes its cells); never spin
+                raise RuntimeError(f"no cell can start: {[c.name for c in waiting]}")
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                future.result()
+                finished.add(running.pop(future))
     return failures
 
 
@@ -243,6 +247,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.only:
         return _rerun(args, cells, layout, code, csv_path)
+    # The fits fork from a process that imported the toolkit once, started here (before any
+    # thread) so that its imports overlap the rendering; --only reruns a cell as a plain
+    # process, so it also checks that both give one row.
+    launcher = ForkedCli(single_thread_env(code))
     needed = sorted({c.task for c in cells} | {s for c in cells for s in layout.sets_of(c)} - {"source"})
     render_data(layout, needed)
     # The CSV holds every finished cell of the plan, the calibration's included.
@@ -251,9 +259,6 @@ def main(argv: list[str] | None = None) -> int:
     def write_results() -> None:
         report.write_results(all_cells + [c for c in cells if c not in all_cells], layout, csv_path, records)
 
-    # The fits fork from a process that imported the toolkit once (started before the threads
-    # below); --only reruns a cell as a plain process, so it also checks that both give one row.
-    launcher = ForkedCli(single_thread_env(code))
     failures = _run_grid(cells, layout, code, args.jobs, args.hours, write_results, launcher)
     write_results()
     rows = report.read_csv(csv_path)
