@@ -110,8 +110,8 @@ class DnACLI(LightningCLI):
 
     def subcommands(self) -> dict[str, set[str]]:
         """The subcommand the command line starts with, else all four: each one's parser costs
-        about a quarter of a second to build (measured on 2 cores), and a command runs one;
-        ``--help`` without a subcommand still lists them all."""
+        about a quarter of a second to build, and a command runs one (benchmarks/README.md, "Why
+        the code is the way it is"); ``--help`` without a subcommand still lists them all."""
         every = LightningCLI.subcommands()
         first = self.given_args[0] if self.given_args else None
         return {first: every[first]} if first in every else every
