@@ -1,5 +1,5 @@
-"""`python -m experiments.denoising`: the design (cells, comparisons), the measures against a
-hand count, the quick grid end to end (real videos, real Lightning fits forked from a process
+"""`python -m experiments.denoising`: the design (cells, comparisons), the schedule (a free worker
+takes a cell whose start has finished), the measures against a hand count, the quick grid end to end (real videos, real Lightning fits forked from a process
 that imported the toolkit once) with `--jobs 2`, `--only` rerunning a cell alone with its
 command as a plain process and finding its row again, and
 the README's report against `--table` on the committed results."""
@@ -50,6 +50,39 @@ def test_set_metrics_against_a_hand_count():
     assert metrics["conflicting"] == 4
     assert metrics["conflict_top1"] == pytest.approx(1 / 4)  # video 3
     assert metrics["cue_follow"] == pytest.approx(2 / 4)  # videos 1 (cue 2) and 4 (cue 1)
+
+
+def test_a_free_worker_takes_a_cell_whose_start_has_finished(tmp_path, monkeypatch):
+    """The grid's schedule with the fits replaced by a timed stand-in: no cell starts before its
+    start has finished, and with two workers the second runs a cell of its own (the DnA
+    pretraining) while the first pretrains softmax, instead of waiting on it."""
+    import threading
+    import time
+
+    from experiments.denoising import cli
+    from experiments.denoising.runs import Layout
+
+    events, lock = [], threading.Lock()
+
+    def fit(cell, layout, code, launcher):
+        with lock:
+            events.append(("start", cell))
+        time.sleep(0.05)
+        cell.folder(layout.runs).mkdir(parents=True)
+        (cell.folder(layout.runs) / "cell.json").write_text("{}")
+        with lock:
+            events.append(("end", cell))
+
+    monkeypatch.setattr(cli, "run_cell", fit)
+    plan = design.load_plan()
+    cells = design.cells(plan, quick=True)
+    assert cli._run_grid(cells, Layout(tmp_path, plan, True), tmp_path, 2, None, lambda: None) == []
+    assert sorted(c.name for kind, c in events if kind == "end") == sorted(c.name for c in cells)
+    for i, (kind, cell) in enumerate(events):
+        if kind == "start" and cell.start is not None:
+            assert ("end", cell.start) in events[:i], cell.name
+    first_end = next(i for i, (kind, _) in enumerate(events) if kind == "end")
+    assert {c.name for kind, c in events[:first_end]} == {"pretrain/softmax/seed0", "pretrain/dna/seed0"}
 
 
 def _rows(path: Path) -> dict[str, dict]:
