@@ -1,8 +1,9 @@
-"""`python -m experiments.denoising`: the design (cells, comparisons), the schedule (a free worker
-takes a cell whose start has finished), the measures against a hand count, the quick grid end to end (real videos, real Lightning fits forked from a process
-that imported the toolkit once) with `--jobs 2`, `--only` rerunning a cell alone with its
-command as a plain process and finding its row again, and
-the README's report against `--table` on the committed results."""
+"""`python -m experiments.denoising`: the design (cells, comparisons), the schedule (a free
+worker takes a cell whose start has finished), the measures against a hand count, the quick
+grid end to end (real videos, real Lightning fits forked from a process that imported the
+toolkit once) with `--jobs 2`, `--only` rerunning a cell alone with its command as a plain
+process and finding its row again, and the README's report against `--table` on the committed
+results."""
 
 import csv
 import json
