@@ -47,7 +47,7 @@ def test_a_hanging_decoder_stops_the_run_with_the_timeout(smarthome_tree, monkey
     import dna_video.data.dataset as dataset_module
 
     def hang(*args, **kwargs):
-        time.sleep(6)  # longer than the timeout; short, so the worker exits soon after
+        time.sleep(3)  # longer than the timeout (2 s); short, so the worker exits soon after
 
     # Forked workers inherit the patched decoder (every read hangs) and a console handler,
     # as the CLI sets up.
