@@ -106,6 +106,21 @@ def test_softmax_attention_is_one_option_away(synthetic_root, tmp_path):
     assert cli.trainer.current_epoch == 1
 
 
+def test_the_config_dump_without_its_second_validation_is_lightnings(synthetic_root, tmp_path):
+    """DnACLI replaces Lightning's ``_dump_config`` (the dump that gives the model its class_path
+    hyper-parameters) by one that skips validating the just-parsed config again: the same dump,
+    and the method it replaces still exists in Lightning."""
+    from lightning.pytorch.cli import LightningCLI
+
+    assert "_dump_config" in vars(LightningCLI)
+    cli = main(cli_args(synthetic_root, tmp_path, "--model.network.attention=softmax"), run=False)
+    ours = cli.config_dump  # made while the model was instantiated
+    assert ours["model"]["init_args"]["network"]["attention"] == "softmax"
+    del cli.config_dump
+    LightningCLI._dump_config(cli)
+    assert ours == cli.config_dump
+
+
 def test_help_documents_model_and_data_options(capsys):
     with pytest.raises(SystemExit):
         main(["fit", "--help"])
