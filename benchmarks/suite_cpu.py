@@ -7,9 +7,10 @@ collection; then a report of the tests and files that cost the most.
 
 On 2 cores the suite is CPU-bound: its wall time is about the CPU of both workers over two, so
 a test's CPU (not its ``--durations`` wall time, which grows when the other worker competes)
-is what a cut saves. A child's CPU counts once the test has waited for it; the children of a
-child (a fork server's runs) count when their parent waited for them. Wall time well above a
-test's CPU is waiting (a timeout, a sleep). Output folder: ``$SUITE_CPU_DIR`` or
+is what a cut saves. A child's CPU counts once the test has waited for it, with the CPU of
+the children it waited for; a process nobody waits for (a ``multiprocessing`` fork server and
+the runs it forks) is not counted, so a test that starts one shows a lower bound. Wall time
+well above a test's CPU is waiting (a timeout, a sleep). Output folder: ``$SUITE_CPU_DIR`` or
 ``.cache/suite_cpu``.
 """
 
