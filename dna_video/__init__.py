@@ -3,9 +3,10 @@
 The package by role: :mod:`.models` (attention kinds and their registry, TimeSformer, ViT,
 probe network), :mod:`.data` (datasets, DataModules, decoding, generators),
 :mod:`.checkpoints` (import, conversion, export), :mod:`.tasks` (the LightningModules),
-:mod:`.analysis` (maps, subspaces, reports, denoising measures, timelines), :mod:`.runtime` (an
-exported model on ONNX Runtime, without torch), :mod:`.training` (the command line, callbacks,
-run folders) and :mod:`.tools` (predict, analyze, prepare, checkpoints, export).
+:mod:`.analysis` (maps, subspaces, reports, denoising measures), :mod:`.prediction` (a model on
+videos, long videos and live sources: a checkpoint's network, or an exported model on ONNX
+Runtime without torch), :mod:`.training` (the command line, callbacks, run folders) and
+:mod:`.tools` (predict, analyze, prepare, checkpoints, export).
 
 ``import dna_video`` imports no torch: the names below load their module on first use
 (PEP 562), so the package's pure parts work where torch is not installed.
@@ -86,6 +87,31 @@ MOVED: dict[str, tuple[str, str | None, bool]] = {
     "dna_video.callbacks.summary": ("dna_video.checkpoints.run_summary", None, True),
 }
 
+# -- 0.2 module paths, moved in 0.3 and kept for one release (the same form as MOVED) -------------
+MOVED_0_2: dict[str, tuple[str, str | None, bool]] = {
+    # Prediction in one room: the pipeline, its two backends (PyTorch, ONNX Runtime), one command.
+    "dna_video.analysis.inference": ("dna_video.prediction.torch_backend", None, True),
+    "dna_video.analysis.window_network": ("dna_video.prediction.torch_backend", None, True),
+    "dna_video.analysis.predictions": ("dna_video.prediction.records", None, True),
+    "dna_video.analysis.windows": ("dna_video.prediction.timeline", None, True),
+    "dna_video.analysis.timeline": ("dna_video.prediction.timeline", None, True),
+    "dna_video.analysis.stream": ("dna_video.prediction.stream", None, True),
+    "dna_video.analysis.annotate": ("dna_video.prediction.annotate", None, True),
+    "dna_video.runtime": ("dna_video.prediction", None, True),
+    "dna_video.runtime.model": ("dna_video.prediction.onnx_backend", None, True),
+    "dna_video.runtime.inference": ("dna_video.prediction.onnx_backend", None, True),
+    "dna_video.runtime.preprocess": ("dna_video.prediction.views", None, True),
+    "dna_video.tools.predict_cli": ("dna_video.tools.predict", None, True),
+    "dna_video.tools.predict_onnx": ("dna_video.tools.predict", "dna_video.tools.predict", True),
+}
+MOVED.update(MOVED_0_2)
+
+
+def _release(name: str) -> tuple[str, str]:
+    """(the release that moved ``name``, the one its old path goes in)."""
+    moved_0_2 = name in MOVED_0_2 or name.rpartition(".")[0] in MOVED_0_2
+    return ("0.3", "0.4") if moved_0_2 else ("0.2", "0.3")
+
 
 def _moved(name: str) -> tuple[str, str | None, bool] | None:
     """The entry of ``name`` or of the moved package it lies in (``dna_video.callbacks.guard``)."""
@@ -117,7 +143,8 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module) -> None:
         new, _, warns = _moved(module.__name__)
         if warns:
-            warnings.warn(f"{module.__name__} moved to {new} in dna-video 0.2; the old path goes in 0.3",
+            moved, goes = _release(module.__name__)
+            warnings.warn(f"{module.__name__} moved to {new} in dna-video {moved}; the old path goes in {goes}",
                           DeprecationWarning, stacklevel=2)
         # The import system returns what sys.modules holds under the old name once this returns.
         sys.modules[module.__name__] = importlib.import_module(new)
@@ -128,12 +155,13 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         target, shown = main or new, fullname.removesuffix(".__main__")
         module, _, function = target.partition(":")
         now = "dna-video" if function else f"python -m {module}"
+        goes = _release(fullname)[1]
         run = (f"from {module} import {function}\n{function}()\n" if function
                else f"import runpy\nrunpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
         source = (
             "import sys\n"
             f"sys.argv[0] = {shown!r}  # runpy leaves None for a module without a file\n"
-            f"sys.stderr.write('note: python -m {shown} is now {now} (README, Commands); the old path goes in 0.3\\n')\n"
+            f"sys.stderr.write('note: python -m {shown} is now {now} (README, Commands); the old path goes in {goes}\\n')\n"
             + run
         )
         return compile(source, f"<moved {fullname}>", "exec")

@@ -26,8 +26,9 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("checkpoints", ["dna_video.checkpoints"]),
     # Tasks and analysis are one layer: either may import the other.
     ("tasks and analysis", ["dna_video.tasks", "dna_video.analysis"]),
-    # An exported model without torch (ONNX Runtime): over data and analysis's numpy parts.
-    ("runtime", ["dna_video.runtime"]),
+    # A model on videos, long videos and live sources: one pipeline, a checkpoint's network or an
+    # exported model on ONNX Runtime (without torch) behind one protocol.
+    ("prediction", ["dna_video.prediction"]),
     ("command line", ["dna_video.training"]),
     ("tools", ["dna_video.tools", "dna_video.__main__"]),
 ]
@@ -223,8 +224,8 @@ def test_rendering_and_writing_a_scene_import_neither_torch_nor_lightning():
 
 # What `dna-video predict CKPT ...` imports when it starts, and when it runs a timeline, a
 # stream or an annotated video (the tool imports these modules in the functions that do).
-PREDICT = ["dna_video.tools.predict", "dna_video.analysis.timeline", "dna_video.analysis.window_network",
-           "dna_video.analysis.stream", "dna_video.analysis.annotate"]
+PREDICT = ["dna_video.tools.predict", "dna_video.prediction.torch_backend", "dna_video.prediction.onnx_backend",
+           "dna_video.prediction.timeline", "dna_video.prediction.stream", "dna_video.prediction.annotate"]
 
 
 def _import_path(roots: list[str], wanted: set[str]) -> list[str] | None:

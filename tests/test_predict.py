@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 
 from analysis_trees import CLASSES, datamodule
-from dna_video.analysis.inference import load_model
+from dna_video.prediction.torch_backend import load_model
 from dna_video.training.callbacks.evaluation_report import EvaluationReportWriter
 from dna_video.tasks.video import VideoClassifier
 from dna_video.tools.predict import collect_videos, main

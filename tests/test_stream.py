@@ -1,4 +1,4 @@
-"""``predict --stream`` (dna_video.analysis.stream, tools.predict_cli.run_live) with the tiny
+"""``predict --stream`` (dna_video.prediction.stream, tools.predict.run_live) with the tiny
 dark-vs-bright model trained in the tests (conftest's ``tiny_checkpoint``: 4 frames 2 apart, 3
 crops of 32; windows of 8 frames every 4).
 
@@ -26,12 +26,11 @@ import av
 import numpy as np
 import pytest
 
-from dna_video.analysis.annotate import bar_rows
-from dna_video.analysis.inference import load_model
-from dna_video.analysis.stream import LiveCsv, LivePlan, LiveWindow, display_name, stream_stem
-from dna_video.analysis.timeline import video_timeline
-from dna_video.analysis.window_network import WindowNetwork
-from dna_video.analysis.windows import Stride, plan_windows
+from dna_video.prediction.annotate import bar_rows
+from dna_video.prediction.stream import LiveCsv, LivePlan, LiveWindow, display_name, stream_stem
+from dna_video.prediction.timeline import video_timeline
+from dna_video.prediction.torch_backend import TorchModel, load_model
+from dna_video.prediction.windows import Stride, plan_windows
 from dna_video.data.sampling import FrameSampler
 from dna_video.data.video import write_video
 from dna_video.tools.predict import main
@@ -175,13 +174,13 @@ def test_a_slow_model_skips_windows_counts_drops_and_answers_each_window(tiny_ch
                                                                           tmp_path, capsys, monkeypatch):
     """A model 3x slower than the windows come: the newest complete window is taken, the others
     skipped; the counts are the plan's (independent count below), every row is its own window."""
-    original = WindowNetwork.probs_of
+    original = TorchModel.probs_of
 
     def slow(self, windows):
         time.sleep(0.2)  # windows come every 4 frames: 67 ms at 2x real time
         return original(self, windows)
 
-    monkeypatch.setattr(WindowNetwork, "probs_of", slow)
+    monkeypatch.setattr(TorchModel, "probs_of", slow)
     out = tmp_path / "live"
     assert main([str(tiny_checkpoint[0]), str(long_video), "--stream", "--speed", "2", "--out", str(out)]) == 0
     printed = capsys.readouterr().out

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dna_video.analysis.inference import load_model
+from dna_video.prediction.torch_backend import load_model
 from dna_video.checkpoints.deploy import (
     INT8_SUFFIX,
     ExportError,
