@@ -91,13 +91,17 @@ class Backend(ABC):
     def num_classes(self) -> int:
         return len(self.class_names)
 
+    def combine(self, logits: np.ndarray) -> np.ndarray:
+        """(B, V, K) view logits -> (B, K) float32 probabilities of each one's views combined
+        as the model was evaluated (:func:`~dna_video.tasks.views.mean_view_probs`)."""
+        return np.asarray(mean_view_probs(logits, self.aggregate), np.float32)
+
     def probs(self, views: np.ndarray, chunk: int = 32) -> np.ndarray:
         """(B, V, 3, T, crop, crop) views of B videos or windows -> (B, K) float32
-        probabilities, each one's views combined as the model was evaluated."""
+        probabilities, each one's views combined (:meth:`combine`)."""
         views = np.asarray(views)
         logits = self.logits(views.reshape(-1, *views.shape[2:]), chunk)
-        return np.asarray(mean_view_probs(logits.reshape(views.shape[0], views.shape[1], -1), self.aggregate),
-                          np.float32)
+        return self.combine(logits.reshape(views.shape[0], views.shape[1], -1))
 
     def probs_of(self, windows: Sequence[Sequence[np.ndarray]]) -> np.ndarray:
         """Windows of prepared frames (a timeline's, a stream's), each T frames of (crops, 3,

@@ -25,7 +25,6 @@ from dna_video.common.atomic import atomic_path
 from dna_video.data.video import VideoDecodeError, VideoTooSmallError
 from dna_video.prediction.backend import Backend
 from dna_video.prediction.views import VideoViews, load_views
-from dna_video.tasks.views import mean_view_probs
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +111,7 @@ def predict_videos(model: Backend, videos: Sequence[str], num_workers: int = 0, 
             continue
         if features:
             logits, view_features = model.embed(loaded.views, chunk)
-            probs.append(np.asarray(mean_view_probs(logits[None], model.aggregate), np.float32)[0])
+            probs.append(model.combine(logits[None])[0])
             embeddings.append(view_features.mean(axis=0, dtype=np.float32))
         else:
             probs.append(model.probs(loaded.views[None], chunk)[0])

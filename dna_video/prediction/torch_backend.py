@@ -53,6 +53,7 @@ from dna_video.models.attention import kind_of
 from dna_video.models.timesformer import TimeSformer
 from dna_video.prediction.backend import Backend
 from dna_video.prediction.views import VideoViews, load_views, read_views
+from dna_video.tasks.views import mean_view_probs
 
 log = logging.getLogger(__name__)
 
@@ -161,14 +162,18 @@ class TorchModel(Backend):
             out.append(logits.float().cpu())
         return torch.cat(out).numpy()
 
+    def combine(self, logits: np.ndarray) -> np.ndarray:
+        """As :meth:`Backend.combine <dna_video.prediction.backend.Backend.combine>`, in torch's
+        arithmetic: the numbers ``cli.py test`` computes, to the last bit."""
+        return mean_view_probs(torch.from_numpy(logits), self.aggregate).numpy()
+
     def probs(self, views: np.ndarray, chunk: int = 32) -> np.ndarray:
         self._view_maps.clear()
         probs = super().probs(views, chunk)
         if self.attention:  # each window's centre crop (1 crop: the centre; 3 crops: start, centre, end)
             batch, crops = views.shape[:2]
-            maps = {branch: np.concatenate([m[branch] for m in self._view_maps]).reshape(batch, crops,
-                                                                                       *m0.shape[1:])
-                    for branch, m0 in self._view_maps[0].items()}
+            maps = {branch: np.concatenate([m[branch] for m in self._view_maps]) for branch in self._view_maps[0]}
+            maps = {branch: m.reshape(batch, crops, *m.shape[1:]) for branch, m in maps.items()}
             self.window_maps += [{branch: m[b, crops // 2] for branch, m in maps.items()} for b in range(batch)]
         return probs
 

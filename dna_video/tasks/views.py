@@ -9,19 +9,16 @@ in the same kind.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from torch import Tensor
 
 __all__ = ["aggregate_views", "mean_view_probs", "softmax"]
 
 
-def aggregate_views(logits: Tensor, how: str = "sum", on: str = "logits") -> Tensor:
-    """Combine per-view predictions (B, V, K) into one score per video (B, K), the scores
-    the metrics rank.
+def aggregate_views(logits: Any, how: str = "sum", on: str = "logits") -> Any:
+    """Combine per-view predictions (B, V, K), a torch tensor, into one score per video (B, K),
+    the scores the metrics rank.
 
     ``how``: ``sum``, ``mean`` or ``max`` over the V views; ``on``: combine raw ``logits``
     or softmax ``probs``.
