@@ -263,3 +263,14 @@ def test_predict_starts_without_lightning():
     assert chain is None, "predict imports Lightning: " + " -> ".join(chain)
     # The check sees a chain where there is one (the training command's).
     assert _import_path(["dna_video.training.cli"], LIGHTNING)[0] == "dna_video.training.cli"
+
+
+def test_the_predict_command_starts_without_torch_or_matplotlib():
+    """``dna-video predict`` starts light: its command module (and the pipeline's modules it
+    imports) import no torch (only a checkpoint's backend does, when one is loaded), no
+    matplotlib (only a timeline's PNG does, when written) and no Lightning."""
+    heavy = {"torch", "torchvision", "einops", "timm", "matplotlib", "onnxruntime"} | LIGHTNING
+    chain = _import_path(["dna_video.__main__", "dna_video.tools.predict", "dna_video.prediction.onnx_backend"], heavy)
+    assert chain is None, "predict imports at start: " + " -> ".join(chain)
+    # The check sees a chain where there is one (a checkpoint's backend imports torch).
+    assert _import_path(["dna_video.prediction.torch_backend"], heavy)[-1] in heavy

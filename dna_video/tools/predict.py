@@ -64,7 +64,7 @@ from dna_video.data.decoders import DECODERS, resolve_decoder
 from dna_video.data.sampling import short_videos_note
 from dna_video.data.video import VideoDecodeError, VideoTooSmallError
 from dna_video.prediction.backend import Backend
-from dna_video.prediction.pipeline import predict_videos, write_features
+from dna_video.prediction.pipeline import Predictions, predict_videos, write_features
 from dna_video.prediction.records import csv_rows, prediction_records, prediction_table, write_csv
 from dna_video.prediction.stream import (
     FrameReader,
@@ -91,7 +91,8 @@ __all__ = [
     "main", "parser", "add_settings_arguments", "settings_overrides", "check_arguments", "input_options",
     "load_backend", "write_predictions", "failure_summary", "write_timelines", "run_live",
     # used here, importable from here as in 0.2
-    "VIDEO_SUFFIXES", "LIST_SUFFIXES", "collect_videos", "predict_videos", "prediction_records", "write_features",
+    "VIDEO_SUFFIXES", "LIST_SUFFIXES", "collect_videos", "Predictions", "predict_videos", "prediction_records",
+    "write_features",
 ]
 
 CONFIG_MODE = """\
