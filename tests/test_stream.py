@@ -7,7 +7,10 @@ crops of 32; windows of 8 frames every 4).
 * a deliberately slowed model: windows skipped and frames dropped, both counted (the counts
   checked against the plan), and each answer is still exactly its own window's;
 * a source that fails mid-stream (a truncated file) ends in one line; the CSV keeps its rows;
-* an HTTP URL (a local server); the live plan against the file's; option mistakes in one line.
+* an HTTP URL (a local server); the live plan against the file's; option mistakes in one line;
+* the drop accounting, every branch (held frames evicted unused, frames arriving below the next
+  window, ``--no-drop``), with a scripted source and a slow stand-in model, against hand counts;
+* a file whose length leaves a tail: the stream answers its timeline's windows, the tail's too.
 
 The ONNX model streaming without torch: ``tests/test_onnx_runtime.py`` (its exported model).
 """

@@ -90,7 +90,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "main", "parser", "add_settings_arguments", "settings_overrides", "check_arguments", "input_options",
     "load_backend", "write_predictions", "failure_summary", "write_timelines", "run_live",
-    # used here, importable from here as in 0.2
+    # 0.2's names of this module, still here (the pipeline's: dna_video.prediction)
     "VIDEO_SUFFIXES", "LIST_SUFFIXES", "collect_videos", "Predictions", "predict_videos", "prediction_records",
     "write_features",
 ]
