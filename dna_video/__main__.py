@@ -9,8 +9,9 @@ dna_video`` are this program.
     dna-video predict --help                     # both predict modes and their options
     dna-video analyze {maps,subspaces} ...       # attention maps, subspace angles
     dna-video prepare ...                        # scan, validate, transcode a dataset copy
-    dna-video checkpoints {inspect,export-hf,export-ref,card} ...
+    dna-video checkpoints {inspect,card} ...     # a checkpoint's import report; a run's model card
     dna-video export {onnx,pt2} CKPT OUT [--int8] # a deployable model with its data settings inside
+    dna-video export {huggingface,reference} CKPT OUT   # for transformers; for the reference code
     dna-video configs                            # the example configs shipped with the package
 
 ``predict`` is the tool when its first argument is a file (a checkpoint or an ``.onnx`` model;

@@ -24,6 +24,11 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("foundations", ["dna_video.common"]),
     ("networks and data", ["dna_video.models", "dna_video.data"]),
     ("checkpoints", ["dna_video.checkpoints"]),
+    # What a run left behind (folders, runs.jsonl, summary.json, model card): plain files, no
+    # torch at import (test_the_runs_room_imports_neither_torch_nor_lightning).
+    ("runs", ["dna_video.runs"]),
+    # A trained model written for others: ONNX, pt2, int8, Hugging Face, the reference's .pyth.
+    ("export", ["dna_video.export"]),
     # Tasks and analysis are one layer: either may import the other.
     ("tasks and analysis", ["dna_video.tasks", "dna_video.analysis"]),
     # A model on videos, long videos and live sources: one pipeline, a checkpoint's network or an
@@ -274,3 +279,14 @@ def test_the_predict_command_starts_without_torch_or_matplotlib():
     assert chain is None, "predict imports at start: " + " -> ".join(chain)
     # The check sees a chain where there is one (a checkpoint's backend imports torch).
     assert _import_path(["dna_video.prediction.torch_backend"], heavy)[-1] in heavy
+
+
+def test_the_runs_room_imports_neither_torch_nor_lightning():
+    """What a run left behind is plain files: importing any module of ``dna_video.runs`` (and
+    the packages above it) loads no torch or Lightning, read statically; a model card imports
+    torch inside the functions that build the network. ``tests/test_runs_room.py`` runs it
+    where importing torch fails."""
+    room = [m for m in MODULES if m == "dna_video.runs" or m.startswith("dna_video.runs.")]
+    assert len(room) >= 5, room
+    chain = _import_path(room, {"torch", "torchvision", "lightning", "pytorch_lightning"})
+    assert chain is None, "dna_video.runs imports torch or Lightning: " + " -> ".join(chain)

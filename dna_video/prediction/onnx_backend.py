@@ -4,7 +4,7 @@ no torch anywhere on this path (``tests/test_onnx_runtime.py`` runs ``predict`` 
 torch fails).
 
 ``dna-video export onnx`` writes the evaluation settings, class names and view aggregation
-into the file's metadata properties (:func:`dna_video.checkpoints.deploy.runtime_metadata`);
+into the file's metadata properties (:func:`dna_video.export.metadata.runtime_metadata`);
 :class:`OnnxModel` reads them back as :class:`~dna_video.data.eval_settings.EvalSettings`, so
 that a video is sampled, cropped and normalised as the checkpoint's evaluation did it.
 """

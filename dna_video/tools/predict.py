@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from dna_video.common.atomic import write_json, write_text
-from dna_video.common.run_folders import evaluation_folder
+from dna_video.runs.folders import evaluation_folder
 from dna_video.data.decoders import DECODERS, resolve_decoder
 from dna_video.data.sampling import short_videos_note
 from dna_video.data.video import VideoDecodeError, VideoTooSmallError
