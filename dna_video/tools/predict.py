@@ -59,7 +59,6 @@ from typing import Any
 import numpy as np
 
 from dna_video.common.atomic import write_json, write_text
-from dna_video.runs.folders import evaluation_folder
 from dna_video.data.decoders import DECODERS, resolve_decoder
 from dna_video.data.sampling import short_videos_note
 from dna_video.data.video import VideoDecodeError, VideoTooSmallError
@@ -357,6 +356,8 @@ def _out_folder(args: argparse.Namespace) -> Path:
     else ``./predict``."""
     if args.out:
         return Path(args.out)
+    from dna_video.runs.folders import evaluation_folder  # here: the runs room is only read without --out
+
     return (evaluation_folder(args.checkpoint) or Path.cwd()) / "predict"
 
 
