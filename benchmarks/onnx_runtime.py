@@ -10,7 +10,7 @@ network.
   views of one video go through as one batch), and the latency of one clip (batch 1, ms).
 * ONNX Runtime gets as many intra-op threads as torch has (``--threads``, else torch's
   default), idle threads sleeping as torch's do under ``OMP_WAIT_POLICY=PASSIVE``
-  (:func:`dna_video.runtime.model.session_options`, what ``predict`` uses) and its default graph
+  (:func:`dna_video.prediction.onnx_backend.session_options`, what ``predict`` uses) and its default graph
   optimisations; both run interleaved round by round.
 * int8 beside fp32 (``dna-video export onnx --int8``: :func:`dna_video.export.int8.quantize_onnx`,
   ONNX Runtime's dynamic quantisation of the same file), per model: file size, weight bytes
@@ -73,7 +73,7 @@ def _export(net: torch.nn.Module, g: Geometry, folder: Path) -> Path:
 def _session(path: Path):
     import onnxruntime as ort
 
-    from dna_video.runtime.model import session_options
+    from dna_video.prediction.onnx_backend import session_options
 
     options = session_options(torch.get_num_threads())  # as predict MODEL.onnx makes it
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
@@ -163,13 +163,13 @@ def quickstart_run() -> Path | None:
 def _test_top1_rows(limit: int | None) -> list[Row]:
     """Test top-1 of the quickstart run's best checkpoint exported as fp32 and int8 ONNX, on
     the videos of the run's test_predictions.csv (the first ``limit`` of them when given)."""
-    from dna_video.analysis.inference import load_model
     from dna_video.export.int8 import quantize_onnx
     from dna_video.export.metadata import runtime_metadata
     from dna_video.export.program import export_onnx
     from dna_video.data.video import VideoDecodeError, VideoTooSmallError
-    from dna_video.runtime.inference import load_views
-    from dna_video.runtime.model import load_onnx_model
+    from dna_video.prediction.onnx_backend import load_onnx_model
+    from dna_video.prediction.torch_backend import load_model
+    from dna_video.prediction.views import load_views
 
     run_dir = quickstart_run()
     if run_dir is None:

@@ -4,10 +4,10 @@ The package by role: :mod:`.models` (attention kinds and their registry, TimeSfo
 probe network), :mod:`.data` (datasets, DataModules, decoding, generators),
 :mod:`.checkpoints` (import, conversion), :mod:`.runs` (what a run left behind: folders,
 registry, summary, model card), :mod:`.export` (ONNX, pt2, Hugging Face, the reference's
-``.pyth``), :mod:`.tasks` (the LightningModules),
-:mod:`.analysis` (maps, subspaces, reports, denoising measures, timelines), :mod:`.runtime` (an
-exported model on ONNX Runtime, without torch), :mod:`.training` (the command line, callbacks,
-run folders) and :mod:`.tools` (predict, analyze, prepare, checkpoints, export).
+``.pyth``), :mod:`.tasks` (the LightningModules), :mod:`.analysis` (maps, subspaces, reports,
+denoising measures), :mod:`.prediction` (a model on videos, long videos and live sources: a
+checkpoint's network, or an exported model on ONNX Runtime without torch), :mod:`.training`
+(the command line, callbacks) and :mod:`.tools` (predict, analyze, prepare, checkpoints, export).
 
 ``import dna_video`` imports no torch: the names below load their module on first use
 (PEP 562), so the package's pure parts work where torch is not installed.
@@ -98,6 +98,20 @@ MOVED_IN_0_3: dict[str, tuple[str, str | None, bool]] = {
     "dna_video.checkpoints.card": ("dna_video.runs.card", None, True),
     "dna_video.checkpoints.run_summary": ("dna_video.runs.summary", None, True),
     "dna_video.common.run_folders": ("dna_video.runs.folders", None, True),
+    # Prediction in one room: one pipeline, its two backends (PyTorch, ONNX Runtime), one command.
+    "dna_video.analysis.inference": ("dna_video.prediction.torch_backend", None, True),
+    "dna_video.analysis.window_network": ("dna_video.prediction.torch_backend", None, True),
+    "dna_video.analysis.predictions": ("dna_video.prediction.records", None, True),
+    "dna_video.analysis.windows": ("dna_video.prediction.timeline", None, True),
+    "dna_video.analysis.timeline": ("dna_video.prediction.timeline", None, True),
+    "dna_video.analysis.stream": ("dna_video.prediction.stream", None, True),
+    "dna_video.analysis.annotate": ("dna_video.prediction.annotate", None, True),
+    "dna_video.runtime": ("dna_video.prediction", None, True),
+    "dna_video.runtime.model": ("dna_video.prediction.onnx_backend", None, True),
+    "dna_video.runtime.inference": ("dna_video.prediction.onnx_backend", None, True),
+    "dna_video.runtime.preprocess": ("dna_video.prediction.views", None, True),
+    "dna_video.tools.predict_cli": ("dna_video.tools.predict", None, True),
+    "dna_video.tools.predict_onnx": ("dna_video.tools.predict", "dna_video.tools.predict", True),
 }
 MOVED.update(MOVED_IN_0_3)
 

@@ -193,7 +193,7 @@ def test_export_command_on_a_trained_checkpoint(tiny_checkpoint, tmp_path, capsy
     gives the checkpoint's logits."""
     pytest.importorskip("onnxscript")
     from dna_video.__main__ import main as dna_video
-    from dna_video.analysis.inference import load_model
+    from dna_video.prediction.torch_backend import load_model
     from dna_video.tools.export import main
 
     ckpt, settings = tiny_checkpoint
@@ -248,7 +248,7 @@ def test_export_error_names_the_operation_and_the_kind(monkeypatch, tmp_path):
 def test_export_command_error_is_one_line(tiny_checkpoint, monkeypatch, tmp_path, capsys):
     """A kind whose forward branches on data: ``export pt2`` prints one line naming the source
     line and the kind, exits 1, and writes nothing."""
-    from dna_video.analysis.inference import load_model
+    from dna_video.prediction.torch_backend import load_model
     from dna_video.tools.export import main
 
     ckpt, _ = tiny_checkpoint

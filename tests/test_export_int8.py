@@ -97,7 +97,7 @@ def test_int8_graph_multiplies_weights_in_integers(models):
 
 
 def test_int8_carries_the_metadata_and_runs_in_the_runtime(models):
-    from dna_video.runtime.model import load_onnx_model
+    from dna_video.prediction.onnx_backend import load_onnx_model
 
     net, metadata, fp32_path, int8_file = models
     properties = {p.key: json.loads(p.value) for p in onnx.load(str(int8_file)).metadata_props}
@@ -146,7 +146,7 @@ def test_export_int8_command_and_predict_unchanged(tiny_checkpoint, new_videos, 
     """``export onnx CKPT OUT --int8`` writes both files; ``predict OUT.int8.onnx`` runs it as it
     runs OUT.onnx, and on the dark vs bright model both name each new video's class."""
     from dna_video.tools.export import main as export
-    from dna_video.tools.predict_onnx import main as predict
+    from dna_video.tools.predict import main as predict
 
     ckpt, _ = tiny_checkpoint
     dark, bright = str(new_videos["dark"]), str(new_videos["bright"])

@@ -133,6 +133,81 @@ def test_every_0_1_module_path_imports_its_new_module_with_a_warning():
     assert NonFiniteGuard is new
 
 
+# What each 0.2 prediction module that moved in 0.3 exported (its __all__ in 0.2.0); checked with
+# the other 0.2 paths (NAMES_0_2, below).
+PREDICTION_0_2 = {
+    "dna_video.analysis.inference": ["EvalSettings", "LoadedModel", "load_model", "VideoTooSmallError", "VideoViews",
+                                     "load_views", "read_views", "view_logits", "device_of"],
+    "dna_video.analysis.window_network": ["WindowNetwork"],
+    "dna_video.analysis.predictions": ["PREDICTION_COLUMNS", "top_classes", "prediction_records", "csv_rows",
+                                       "write_csv", "prediction_table"],
+    "dna_video.analysis.windows": ["Stride", "parse_stride", "Windows", "plan_windows", "TimelineStats", "window_clips",
+                                   "Timeline", "sliding_timeline", "smooth", "Segment", "segments_of", "windows_csv",
+                                   "srt_timestamp", "srt_text", "TimelineFiles", "write_timeline", "describe"],
+    "dna_video.analysis.timeline": ["Stride", "parse_stride", "Windows", "plan_windows", "window_clips", "TimelineStats",
+                                    "Timeline", "video_timeline", "smooth", "Segment", "segments_of", "windows_csv",
+                                    "srt_timestamp", "srt_text", "TimelineFiles", "write_timeline", "describe"],
+    "dna_video.analysis.stream": ["StreamSourceError", "is_local_file", "display_name", "stream_stem", "open_source",
+                                  "source_rate", "LivePlan", "FrameReader", "LiveWindow", "LiveStats", "run_stream",
+                                  "LiveCsv", "latency_summary"],
+    "dna_video.analysis.annotate": ["BAND_COLOUR", "TEXT_COLOUR", "BAR_COLOUR", "TRACK_COLOUR", "BRANCH_COLOURS",
+                                    "FrameLabel", "bar_rows", "band_height", "draw_label", "crop_region",
+                                    "blend_attention", "annotate_frame", "encode_video", "annotate_timeline",
+                                    "LiveAnnotator"],
+    "dna_video.runtime": [],
+    "dna_video.runtime.model": ["OnnxModel", "OnnxModelError", "load_onnx_model", "session_options", "providers_for",
+                                "mean_view_probs", "softmax"],
+    "dna_video.runtime.inference": ["VideoViews", "load_views", "Predictions", "predict_videos", "OnnxWindows",
+                                    "video_timeline"],
+    "dna_video.runtime.preprocess": ["resized_size", "resize_short_side", "crop_boxes", "frame_views", "clip_views"],
+    "dna_video.tools.predict_cli": ["VIDEO_SUFFIXES", "LIST_SUFFIXES", "collect_videos", "add_settings_arguments",
+                                    "settings_overrides", "parser", "check_arguments", "write_predictions",
+                                    "failure_summary", "write_timelines", "input_options", "run_live"],
+    "dna_video.tools.predict_onnx": ["main"],
+}
+# What 0.2 users imported from dna_video.tools.predict, which stayed.
+PREDICT_COMMAND_0_2 = ["VIDEO_SUFFIXES", "LIST_SUFFIXES", "collect_videos", "Predictions", "predict_videos",
+                       "prediction_records", "write_features", "add_settings_arguments", "settings_overrides", "main"]
+
+
+def test_the_0_2_prediction_paths_left_no_file_and_their_classes_are_the_new_ones():
+    """Prediction in one room: each 0.2 path (warning and names: the NAMES_0_2 test below) is no
+    file or folder any more, its classes are the new ones, and the command kept 0.2's names."""
+    import dna_video
+    import dna_video.tools.predict as command
+
+    for old in PREDICTION_0_2:
+        assert dna_video.MOVED_IN_0_3[old][0].startswith(("dna_video.prediction", "dna_video.tools.predict")), old
+        assert not (REPO / (old.replace(".", "/") + ".py")).exists() and not (REPO / old.replace(".", "/")).is_dir()
+    assert [name for name in PREDICT_COMMAND_0_2 if not hasattr(command, name)] == []
+    # One object under both names: a class of 0.2 is the class of 0.3.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from dna_video.analysis.inference import LoadedModel
+        from dna_video.runtime.model import OnnxModel
+    from dna_video.prediction.onnx_backend import OnnxModel as onnx_model
+    from dna_video.prediction.torch_backend import TorchModel
+
+    assert LoadedModel is TorchModel and OnnxModel is onnx_model
+
+
+def test_the_0_2_onnx_predict_command_runs_the_one_predict(capsys, monkeypatch):
+    """``python -m dna_video.tools.predict_onnx`` (0.2) runs ``python -m dna_video.tools.predict``."""
+    import runpy
+
+    for name in ("dna_video.tools.predict_onnx", "dna_video.tools.predict"):
+        if name in sys.modules:
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "argv", ["dna_video.tools.predict_onnx", "--help"])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_module("dna_video.tools.predict_onnx", run_name="__main__", alter_sys=True)
+    out, err = capsys.readouterr()
+    assert exit_info.value.code in (0, None), err[-2000:]
+    assert ("python -m dna_video.tools.predict_onnx is now python -m dna_video.tools.predict (README, Commands); "
+            "the old path goes in 0.4") in err
+    assert out.startswith("usage: dna-video predict")
+
+
 # The old commands: old module -> what the note says it is now.
 OLD_COMMANDS = {"dna_video.predict": "python -m dna_video.tools.predict",
                 "dna_video.checkpoints": "python -m dna_video.tools.checkpoints",
@@ -225,6 +300,7 @@ NAMES_0_2 = {
     "dna_video.checkpoints.card": ["model_card", "weights_history", "Origin"],
     "dna_video.checkpoints.run_summary": ["SUMMARY_FILE", "read_summary", "fit_summary"],
     "dna_video.common.run_folders": ["RUN_FILES", "run_files", "evaluation_folder"],
+    **PREDICTION_0_2,
 }
 
 

@@ -3,7 +3,7 @@ where it rides in the file: class names, frames, sampling rate, crop size, mean 
 aggregation, decoder, patch size (:func:`runtime_metadata`). In an ``.onnx`` file one metadata
 property per key, each value JSON text; in a ``.pt2`` archive the extra file
 :data:`PT2_METADATA_FILE` (the same keys, one JSON object). :func:`read_metadata` reads either
-back; :mod:`dna_video.runtime` reads an ``.onnx`` file's without torch.
+back; :mod:`dna_video.prediction.onnx_backend` reads an ``.onnx`` file's without torch.
 
 No torch at import: :func:`load_pt2` imports it."""
 

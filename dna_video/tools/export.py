@@ -44,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dna_video.analysis.inference import load_model
+from dna_video.prediction.torch_backend import load_model
 from dna_video.checkpoints.io import CheckpointError
 from dna_video.checkpoints.loading import timesformer_from_checkpoint
 from dna_video.export.errors import ExportError
