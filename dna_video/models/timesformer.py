@@ -30,8 +30,9 @@ from timm.layers import DropPath, resample_abs_pos_embed, trunc_normal_
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from dna_video.common.defaults import NUM_FRAMES
 from dna_video.models.mlp import Mlp
-from dna_video.models.attention import Attention, build_attention, kwargs_by_kind
+from dna_video.models.attention import DEFAULT_ATTENTION, Attention, build_attention, kwargs_by_kind
 from dna_video.models.init import init_module
 from dna_video.models.pairing import build_paired
 
@@ -226,7 +227,7 @@ class TimeSformer(nn.Module):
         self,
         num_classes: int,
         img_size: int = 224,
-        num_frames: int = 8,
+        num_frames: int = NUM_FRAMES,
         patch_size: int = 16,
         in_chans: int = 3,
         embed_dim: int = 768,
@@ -234,7 +235,7 @@ class TimeSformer(nn.Module):
         num_heads: int = 12,
         mlp_ratio: float = 4.0,
         qkv_bias: bool = True,
-        attention: str = "dna",
+        attention: str = DEFAULT_ATTENTION,
         attention_kwargs: dict[str, Any] | None = None,
         drop_rate: float = 0.0,
         attn_drop_rate: float = 0.0,
@@ -409,7 +410,7 @@ class TimeSformerSpec:
     """
 
     arch: str = "base"
-    attention: str = "dna"
+    attention: str = DEFAULT_ATTENTION
     temporal_attention: str | None = None
     spatial_attention: str | None = None
     attention_kwargs: dict[str, Any] | None = None
