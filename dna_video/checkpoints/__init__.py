@@ -21,12 +21,12 @@ reference TimeSformer exports; :mod:`.deploy` the ONNX and ``torch.export`` file
 from the command line.
 """
 
-from dna_video.checkpoints.conversion import ImportOptions, TargetModel, convert_checkpoint
+from dna_video.checkpoints.conversion import TargetModel, convert_checkpoint
 from dna_video.models.attention.negative_init import DNA_INIT_POLICIES, init_negative_branch
 from dna_video.checkpoints.export import export_huggingface, export_reference
 from dna_video.checkpoints.io import CheckpointError, RawCheckpoint, read_checkpoint
 from dna_video.checkpoints.layouts import detect_layout, hf_config_to_kwargs, infer_geometry
-from dna_video.checkpoints.loading import PretrainedWeights, initialise_missing, load_image_checkpoint, load_pretrained, read_official, timesformer_from_checkpoint
+from dna_video.checkpoints.loading import PretrainedWeights, initialise_missing, load_image_checkpoint, load_pretrained, load_weights, read_official, timesformer_from_checkpoint
 from dna_video.checkpoints.outcomes import Entry, Outcome, Reason, Step
 from dna_video.checkpoints.load_report import LoadReport
 
@@ -34,7 +34,6 @@ __all__ = [
     "CheckpointError",
     "DNA_INIT_POLICIES",
     "Entry",
-    "ImportOptions",
     "LoadReport",
     "Outcome",
     "PretrainedWeights",
@@ -52,7 +51,17 @@ __all__ = [
     "initialise_missing",
     "load_image_checkpoint",
     "load_pretrained",
+    "load_weights",
     "read_checkpoint",
     "read_official",
     "timesformer_from_checkpoint",
 ]
+
+
+def __getattr__(name: str):
+    # 0.2's ImportOptions: PretrainedWeights since 0.3 (dna_video.checkpoints.conversion warns).
+    if name == "ImportOptions":
+        from dna_video.checkpoints import conversion
+
+        return conversion.ImportOptions
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -88,11 +88,11 @@ def _model_class_path(args: list[str], files: list[tuple[int, Path]]) -> str | N
 
 
 def upgrade_0_1_command_line(args: list[str], default_model: type) -> list[str]:
-    """``args`` with the video and probe modules' 0.1 option names (in config files and
-    ``--model.X`` options) turned into their 0.2 names (:mod:`dna_video.checkpoints.upgrade`),
+    """``args`` with the video and probe modules' old option names (0.1's and 0.2's, in config
+    files and ``--model.X`` options) turned into their current names (:mod:`dna_video.checkpoints.upgrade`),
     with one warning listing what was renamed. A config file in 0.1 names is read through an
     upgraded copy (the file itself is left as it is)."""
-    from dna_video.checkpoints.upgrade import OPTIONS_0_1, upgrade_arguments, upgrade_model_options
+    from dna_video.checkpoints.upgrade import RENAMED_OPTIONS, upgrade_arguments, upgrade_model_options
 
     files = _config_files(args)
     class_path = _model_class_path(args, files)
@@ -114,7 +114,7 @@ def upgrade_0_1_command_line(args: list[str], default_model: type) -> list[str]:
         if not isinstance(model, dict):
             continue
         options = model.get("init_args", model) if "class_path" in model else model
-        old = sorted(set(options) & set(OPTIONS_0_1)) if isinstance(options, dict) else []
+        old = sorted(set(options) & set(RENAMED_OPTIONS)) if isinstance(options, dict) else []
         upgraded = upgrade_model_options(model)
         if upgraded is model or not old:
             continue
@@ -124,6 +124,6 @@ def upgrade_0_1_command_line(args: list[str], default_model: type) -> list[str]:
         out[position] = str(copy) if out[position] == str(path) else f"--config={copy}"
         renamed.append(f"{path}: model.{', model.'.join(old)}")
     if renamed:
-        log.warning("0.1 option names, read as their 0.2 names (CHANGELOG.md, migration table):\n  %s",
+        log.warning("old option names, read as their new names (CHANGELOG.md, migration tables):\n  %s",
                     "\n  ".join(renamed))
     return out
