@@ -172,9 +172,9 @@ def test_dna_init_draws_come_from_the_pair_stream(policy, softmax_checkpoint):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("option", ["--model.init.pair_seed", "--model.pair_seed"], ids=["0.3", "0.2"])
+@pytest.mark.parametrize("option", ["--model.init.pair_seed", "--model.pair_seed"], ids=["init.pair_seed", "old name"])
 def test_pair_seed_on_the_command_line(tmp_path, option, caplog):
-    """``--model.init.pair_seed 3`` (0.2's ``--model.pair_seed``, read as it with a warning)
+    """``--model.init.pair_seed 3`` (``--model.pair_seed`` before 0.3, read as it with a warning)
     reaches the network: a DnA and a softmax model of the quickstart architecture share every
     tensor of the softmax one but the head (the class count is the same: the head too)."""
     from dna_video.training.cli import main
@@ -200,8 +200,8 @@ def test_a_non_integer_pair_seed_is_refused():
         spec("dna").build(**GEOMETRY, pair_seed="3")
 
 
-def test_0_2_load_into_still_loads_with_a_warning(softmax_checkpoint):
-    """0.2's ``PretrainedWeights(...).load_into(net, pair_seed=s)``: the same weights as
+def test_load_into_still_loads_with_a_warning(softmax_checkpoint):
+    """``PretrainedWeights(...).load_into(net, pair_seed=s)`` (before 0.3): the same weights as
     ``load_weights`` with ``pair_seed`` in the weights, and a DeprecationWarning."""
     net = build("dna", 3, global_seed=0)
     with pytest.warns(DeprecationWarning, match="load_weights"):

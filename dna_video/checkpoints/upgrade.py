@@ -5,8 +5,8 @@ A checkpoint of this package records :data:`FORMAT_KEY` = :data:`FORMAT_VERSION`
 0.1.0's (no key): the video and probe modules took every option flat (``arch``, ``net_kwargs``,
 ``init_from``, ``warmup_steps``...); version 2 (0.2) groups them (``network``, ``init``,
 ``schedule``, ``evaluation``, ``probe``); version 3 (0.3) moves ``pair_seed`` into ``init``.
-:data:`OPTIONS_0_1` maps each 0.1 option to its 0.2 place, :data:`OPTIONS_0_2` each 0.2 option
-that moved in 0.3; the same tables upgrade checkpoint hyper-parameters
+:data:`OPTIONS_0_1` maps each 0.1 option to its 0.2 place, :data:`OPTIONS_0_2` each option of
+format 2 that moved in 0.3; the same tables upgrade checkpoint hyper-parameters
 (:func:`upgrade_checkpoint`), the ``model`` section of a config (:func:`upgrade_model_options`)
 and ``--model.X`` command-line options (:func:`upgrade_arguments`). Plain dicts in, plain dicts
 out: no Lightning, no torch.
@@ -68,8 +68,8 @@ OPTIONS_0_1: dict[str, str] = {
     "cross_alpha_init": "probe.alpha_init",
 }
 _MERGED = {"net_kwargs", "init_kwargs"}  # dicts whose entries move one by one
-# 0.2 option of the video / probe module -> its dotted place in 0.3 (under ``model``): read in
-# its new place, with a warning, until 0.4.
+# Option of the video / probe module in format 2 -> its dotted place in 0.3 (under ``model``):
+# read in its new place, with a warning, until 0.4.
 OPTIONS_0_2: dict[str, str] = {
     "pair_seed": "init.pair_seed",
 }
@@ -90,7 +90,7 @@ def _is_0_1_video_options(options: dict[str, Any]) -> bool:
 
 def upgrade_model_options(options: dict[str, Any]) -> dict[str, Any]:
     """The current form of a video or probe module's options given in older names (0.1's,
-    :data:`OPTIONS_0_1`; 0.2's, :data:`OPTIONS_0_2`); the same dict when none is old (current
+    :data:`OPTIONS_0_1`; format 2's, :data:`OPTIONS_0_2`); the same dict when none is old (current
     options, the image module's). A ``class_path`` spec's ``init_args`` are upgraded in place
     of the spec."""
     if "class_path" in options and isinstance(options.get("init_args"), dict):
@@ -110,7 +110,7 @@ def _upgrade_0_2(options: dict[str, Any]) -> dict[str, Any]:
         group, _, field = OPTIONS_0_2[key].partition(".")
         holder = dict(out.get(group) or {})
         if field in holder and holder[field] != options[key]:
-            raise ValueError(f"model.{key} ({options[key]!r}, 0.2's name) and model.{group}.{field} "
+            raise ValueError(f"model.{key} ({options[key]!r}, its name before 0.3) and model.{group}.{field} "
                              f"({holder[field]!r}) disagree: keep model.{group}.{field} only")
         holder[field] = copy.deepcopy(options[key])
         out[group] = holder
@@ -140,7 +140,7 @@ def upgrade_checkpoint(checkpoint: dict[str, Any]) -> dict[str, Any]:
     current names, the format key set. The same dict, changed in place, and returned."""
     if format_version(checkpoint) >= FORMAT_VERSION:
         return checkpoint
-    # upgrade_model_options reads each older format: 0.1's flat names, 0.2's pair_seed.
+    # upgrade_model_options reads each older format: 0.1's flat names, format 2's pair_seed.
     hparams = checkpoint.get("hyper_parameters")
     if isinstance(hparams, dict):
         upgraded = upgrade_model_options(dict(hparams))
@@ -152,7 +152,7 @@ def upgrade_checkpoint(checkpoint: dict[str, Any]) -> dict[str, Any]:
 
 def upgrade_arguments(args: list[str]) -> tuple[list[str], list[str]]:
     """Command-line options in older names (0.1's ``--model.warmup_steps=40``,
-    ``--model.net_kwargs {depth: 2}``, 0.2's ``--model.pair_seed 3``) in their current names; returns (arguments, the renames made,
+    ``--model.net_kwargs {depth: 2}``, format 2's ``--model.pair_seed 3``) in their current names; returns (arguments, the renames made,
     as ``old -> new`` lines for a warning)."""
     out: list[str] = []
     renamed: list[str] = []

@@ -111,7 +111,7 @@ class VideoClassifier(TaskModule):
         schedule: the schedule's interval and monitor, and LR warm-up (:class:`Schedule`).
         evaluation: how the views of a video are combined (:class:`Evaluation`).
 
-    ``pair_seed`` was an argument of its own in 0.2: ``model.pair_seed`` is read as
+    ``pair_seed`` was an argument of its own before 0.3: ``model.pair_seed`` is read as
     ``model.init.pair_seed`` with a warning until 0.4 (:mod:`dna_video.checkpoints.upgrade`).
     """
 

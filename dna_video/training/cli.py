@@ -47,6 +47,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from dna_video.common.plugins import import_requested
 from dna_video.training.callbacks.failed_videos import FailedVideoMonitor
 from dna_video.training.callbacks.predictions import PredictionWriter
 from dna_video.training.callbacks.run_summary import RunSummary, read_summary
@@ -334,12 +335,15 @@ def _import(class_path: str) -> type:
 def main(args: list[str] | None = None, run: bool = True, model_class: type | None = None) -> DnACLI:
     """The one command line (``python cli.py``, ``dna-video``, ``python -m dna_video``): every
     task, chosen by the config's ``model.class_path`` (default :class:`VideoClassifier`, or
-    ``model_class``), and its data by ``data.class_path``. Options and configs in 0.1 names are
+    ``model_class``), and its data by ``data.class_path``. ``--import MODULE`` (any number)
+    imports the user's modules first (:mod:`dna_video.common.plugins`). Options and configs in 0.1 names are
     read in their 0.2 names, with a warning (:mod:`dna_video.checkpoints.upgrade`)."""
     _show_info_logs()
     _quiet_noise()
     default = model_class or VideoClassifier
-    args = upgrade_0_1_command_line(resolve_config_names(list(sys.argv[1:] if args is None else args)), default)
+    # --import MODULE: the user's modules (an attention kind) before anything reads the options.
+    args = import_requested(list(sys.argv[1:] if args is None else args))
+    args = upgrade_0_1_command_line(resolve_config_names(args), default)
     return DnACLI(
         TaskModule,
         LightningDataModule,

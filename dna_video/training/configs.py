@@ -88,7 +88,7 @@ def _model_class_path(args: list[str], files: list[tuple[int, Path]]) -> str | N
 
 
 def upgrade_0_1_command_line(args: list[str], default_model: type) -> list[str]:
-    """``args`` with the video and probe modules' old option names (0.1's and 0.2's, in config
+    """``args`` with the video and probe modules' old option names (0.1's, and those renamed in 0.3, in config
     files and ``--model.X`` options) turned into their current names (:mod:`dna_video.checkpoints.upgrade`),
     with one warning listing what was renamed. A config file in 0.1 names is read through an
     upgraded copy (the file itself is left as it is)."""
