@@ -110,3 +110,26 @@ def test_the_same_value_as_the_datas_is_accepted(monkeypatch, tmp_path):
     cli = main(["fit", "--config", QUICKSTART, "--model.num_frames=8", "--model.img_size=64",
                 f"--data.init_args.root={tmp_path}", "--trainer.logger=false"])
     assert (cli.model.net.num_frames, cli.model.net.img_size) == (8, 64)
+
+
+@pytest.mark.parametrize("text, where, problem", [
+    ("model:\n  network:\n    arch: tiny\n   depth: 2\n", "4:4", "expected <block end>, but found '<block mapping start>'"),
+    ("model: {network: [1, 2}\n", "1:23", "expected ',' or ']', but got '}'"),
+    ("model:\n\tnetwork: 1\n", "2:1", "found character '\\t' that cannot start any token"),
+])
+def test_a_config_that_is_not_yaml_is_one_line_with_its_line_and_column(text, where, problem, tmp_path, monkeypatch):
+    """(issue 39.5) Instead of the parser's 62-line traceback: the file, line and column, and a
+    non-zero exit (SystemExit with a message: status 1); also for a config given by its shipped name."""
+    from dna_video.training import configs
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    expected = f"error: {bad}:{where}: not valid YAML: {problem}"
+    for args in (["--config", QUICKSTART, "--config", str(bad)], [f"--config={bad}"], ["-c", str(bad)]):
+        with pytest.raises(SystemExit) as stop:
+            console_main(["fit", *args])
+        assert stop.value.code == expected
+    monkeypatch.setattr(configs, "packaged_configs", lambda: {"broken": bad})
+    with pytest.raises(SystemExit) as stop:
+        console_main(["fit", "--config", "broken"])
+    assert stop.value.code == expected

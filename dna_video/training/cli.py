@@ -60,7 +60,7 @@ from dna_video.checkpoints.run_summary import fit_summary
 from dna_video.checkpoints.upgrade import upgrade_checkpoint
 from dna_video.tasks import ImageClassifier, ProbeClassifierModule, TaskModule, VideoClassifier  # noqa: F401
 from dna_video.data.images import ImageFolderDataModule, SyntheticImageFolder  # noqa: F401
-from dna_video.training.configs import resolve_config_names, upgrade_0_1_command_line
+from dna_video.training.configs import check_config_files, resolve_config_names, upgrade_0_1_command_line
 from dna_video.training.parser import DnAParser, explain_config_error, init_arguments, is_config_dump, option_sources
 from dna_video.training.runs import (
     AtomicCheckpointIO,
@@ -343,7 +343,9 @@ def main(args: list[str] | None = None, run: bool = True, model_class: type | No
     default = model_class or VideoClassifier
     # --import MODULE: the user's modules (an attention kind) before anything reads the options.
     args = import_requested(list(sys.argv[1:] if args is None else args))
-    args = upgrade_0_1_command_line(resolve_config_names(args), default)
+    args = resolve_config_names(args)
+    check_config_files(args)  # a file that is not YAML: one line with its line and column
+    args = upgrade_0_1_command_line(args, default)
     return DnACLI(
         TaskModule,
         LightningDataModule,

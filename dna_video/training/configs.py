@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-__all__ = ["packaged_configs", "resolve_config_names", "upgrade_0_1_command_line"]
+__all__ = ["check_config_files", "packaged_configs", "resolve_config_names", "upgrade_0_1_command_line"]
 
 log = logging.getLogger("dna_video.training.cli")
 
@@ -64,6 +64,22 @@ def resolve_config_names(args: list[str]) -> list[str]:
             )
         out[position] = str(shipped[name]) if position == i + 1 else f"--config={shipped[name]}"
     return out
+
+
+def check_config_files(args: list[str]) -> None:
+    """Every ``--config`` file of ``args`` read as YAML; one that is not stops the command with
+    one line naming the file, the line and the column (``SystemExit``, status 1), instead of
+    the parser's traceback."""
+    for _, path in _config_files(args):
+        try:
+            yaml.safe_load(path.read_text())
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+            problem = exc.problem or exc.context or "not YAML"
+            raise SystemExit(f"error: {where}: not valid YAML: {problem}") from None
+        except yaml.YAMLError as exc:
+            raise SystemExit(f"error: {path}: not valid YAML: {' '.join(str(exc).split())}") from None
 
 
 def _config_files(args: list[str]) -> list[tuple[int, Path]]:
