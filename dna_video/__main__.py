@@ -8,8 +8,9 @@ dna_video`` are this program.
     dna-video predict CKPT|MODEL.onnx SOURCE --stream [--annotate]   # live: a file, URL or camera
     dna-video analyze {maps,subspaces} ...       # attention maps, subspace angles
     dna-video prepare ...                        # scan, validate, transcode a dataset copy
-    dna-video checkpoints {inspect,export-hf,export-ref,card} ...
+    dna-video checkpoints {inspect,card} ...     # a checkpoint's import report; a run's model card
     dna-video export {onnx,pt2} CKPT OUT [--int8] # a deployable model with its data settings inside
+    dna-video export {huggingface,reference} CKPT OUT   # for transformers; for the reference code
     dna-video configs                            # the example configs shipped with the package
     dna-video --import MODULE ...                # any command, after importing your module (e.g. an attention kind)
 

@@ -24,12 +24,8 @@ DEFAULTS = {
     "NUM_FRAMES": ("dna_video/common/defaults.py", "frames", 8),
     "DEFAULT_ATTENTION": ("dna_video/models/attention/registry.py", "attention", "dna"),
 }
-# checkpoints/card.py is being moved to the runs folder (issue 36.3) on another branch: these lines
-# become NUM_FRAMES / DEFAULT_ATTENTION there. Remove each entry once it does.
-PENDING = {
-    ("dna_video/checkpoints/card.py", "NUM_FRAMES"),
-    ("dna_video/checkpoints/card.py", "DEFAULT_ATTENTION"),
-}
+# Where a literal may stay for now (path relative to the repository, constant); none today.
+PENDING: set[tuple[str, str]] = set()
 
 
 def _module_and_class_assignments(tree: ast.Module) -> Iterator[tuple[str, ast.expr]]:

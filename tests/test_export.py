@@ -1,4 +1,4 @@
-"""Export for deployment (dna_video.checkpoints.deploy, ``dna-video export``): every registered
+"""Export for deployment (dna_video.export, ``dna-video export``): every registered
 attention kind exports to ONNX and to a torch.export archive with a dynamic batch, ONNX Runtime
 gives PyTorch's logits, and the files carry what a runtime needs.
 
@@ -16,15 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from dna_video.checkpoints.deploy import (
-    ExportError,
-    export_onnx,
-    export_program,
-    export_pt2,
-    load_pt2,
-    read_metadata,
-    runtime_metadata,
-)
+from dna_video.export.errors import ExportError
+from dna_video.export.metadata import load_pt2, read_metadata, runtime_metadata
+from dna_video.export.program import export_onnx, export_program, export_pt2
 from dna_video.models.attention import attention_kind, attention_kinds, kind_of
 from dna_video.models.timesformer import TimeSformer
 from every_kind import Layout, every_kind_timesformer, kind_slots

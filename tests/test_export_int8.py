@@ -1,4 +1,4 @@
-"""``dna-video export onnx --int8`` (dna_video.checkpoints.deploy.quantize_onnx): ONNX Runtime's
+"""``dna-video export onnx --int8`` (dna_video.export.int8.quantize_onnx): ONNX Runtime's
 dynamic int8 quantisation of an exported model, beside it, with the same metadata.
 
 Checked against independent counts taken from the fp32 graph: every weight of a MatMul, Gemm or
@@ -24,13 +24,10 @@ import sys
 import numpy as np
 import pytest
 
-from dna_video.checkpoints.deploy import (
-    ExportError,
-    export_onnx,
-    int8_path,
-    quantize_onnx,
-    runtime_metadata,
-)
+from dna_video.export.errors import ExportError
+from dna_video.export.int8 import int8_path, quantize_onnx
+from dna_video.export.metadata import runtime_metadata
+from dna_video.export.program import export_onnx
 from test_export import SETTINGS, TINY, build, clips
 
 onnx = pytest.importorskip("onnx")

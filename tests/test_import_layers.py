@@ -24,6 +24,11 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("foundations", ["dna_video.common"]),
     ("networks and data", ["dna_video.models", "dna_video.data"]),
     ("checkpoints", ["dna_video.checkpoints"]),
+    # What a run left behind (folders, runs.jsonl, summary.json, model card): plain files, no
+    # torch at import (test_the_runs_room_imports_neither_torch_nor_lightning).
+    ("runs", ["dna_video.runs"]),
+    # A trained model written for others: ONNX, pt2, int8, Hugging Face, the reference's .pyth.
+    ("export", ["dna_video.export"]),
     # Tasks and analysis are one layer: either may import the other.
     ("tasks and analysis", ["dna_video.tasks", "dna_video.analysis"]),
     # An exported model without torch (ONNX Runtime): over data and analysis's numpy parts.
@@ -262,3 +267,14 @@ def test_predict_starts_without_lightning():
     assert chain is None, "predict imports Lightning: " + " -> ".join(chain)
     # The check sees a chain where there is one (the training command's).
     assert _import_path(["dna_video.training.cli"], LIGHTNING)[0] == "dna_video.training.cli"
+
+
+def test_the_runs_room_imports_neither_torch_nor_lightning():
+    """What a run left behind is plain files: importing any module of ``dna_video.runs`` (and
+    the packages above it) loads no torch or Lightning, read statically; a model card imports
+    torch inside the functions that build the network. ``tests/test_runs_room.py`` runs it
+    where importing torch fails."""
+    room = [m for m in MODULES if m == "dna_video.runs" or m.startswith("dna_video.runs.")]
+    assert len(room) >= 5, room
+    chain = _import_path(room, {"torch", "torchvision", "lightning", "pytorch_lightning"})
+    assert chain is None, "dna_video.runs imports torch or Lightning: " + " -> ".join(chain)

@@ -214,6 +214,119 @@ def test_the_0_1_example_configs_build_their_task_with_the_0_1_option_names_read
     assert type(image) is ImageClassifier and image.hparams.net_kwargs["depth"] == 4
 
 
+# -- 0.2 -> 0.3 -------------------------------------------------------------------------------------
+
+# Names 0.2 code imports from each 0.2 module path that moved in 0.3 (its __all__).
+NAMES_0_2 = {
+    "dna_video.checkpoints.export": ["export_huggingface", "export_reference", "reference_attentions", "reference_cfg"],
+    "dna_video.checkpoints.deploy": ["ExportError", "INPUT_NAME", "OUTPUT_NAME", "PT2_METADATA_FILE", "runtime_metadata",
+                                     "export_program", "export_onnx", "export_pt2", "read_metadata", "load_pt2",
+                                     "INT8_SUFFIX", "int8_path", "require_quantization", "quantize_onnx"],
+    "dna_video.checkpoints.card": ["model_card", "weights_history", "Origin"],
+    "dna_video.checkpoints.run_summary": ["SUMMARY_FILE", "read_summary", "fit_summary"],
+    "dna_video.common.run_folders": ["RUN_FILES", "run_files", "evaluation_folder"],
+}
+
+
+def test_0_2_module_paths_moved_in_0_3_import_their_new_module_and_say_when_they_go():
+    import dna_video
+
+    assert set(dna_video.MOVED_IN_0_3) == set(NAMES_0_2)
+    for old, (new, _, _) in dna_video.MOVED_IN_0_3.items():
+        sys.modules.pop(old, None)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            module = importlib.import_module(old)
+        assert module is importlib.import_module(new), old
+        messages = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+        assert f"{old} moved to {new} in dna-video 0.3; the old path goes in 0.4" in messages, messages
+        for name in NAMES_0_2[old]:
+            assert getattr(module, name) is not None, (old, name)
+    # A 0.1 path still says 0.2 and 0.3, whichever way it was retargeted since.
+    sys.modules.pop("dna_video.callbacks.summary", None)
+    with pytest.warns(DeprecationWarning, match=r"dna_video.callbacks.summary moved to dna_video.runs.summary in "
+                                                r"dna-video 0.2; the old path goes in 0.3"):
+        importlib.import_module("dna_video.callbacks.summary")
+
+
+def test_0_2_names_of_moved_functions_resolve_with_a_warning():
+    """``dna_video.checkpoints.export_huggingface`` / ``export_reference`` (the checkpoints layer
+    imports nothing of the export folder above it: looked up by name), and the registry's names
+    once in ``dna_video.training.runs``."""
+    import dna_video.checkpoints as checkpoints
+    import dna_video.training.runs as training_runs
+    from dna_video.export import huggingface, reference
+    from dna_video.runs import registry
+
+    for name, module in (("export_huggingface", huggingface), ("export_reference", reference)):
+        with pytest.warns(DeprecationWarning, match=rf"dna_video.checkpoints.{name} moved to {module.__name__} in "
+                                                    r"dna-video 0.3; the old path goes in 0.4"):
+            assert getattr(checkpoints, name) is getattr(module, name)
+    for name in ("RunRecord", "record_run", "REGISTRY"):
+        with pytest.warns(DeprecationWarning, match=rf"dna_video.training.runs.{name} moved to dna_video.runs.registry"):
+            assert getattr(training_runs, name) is getattr(registry, name)
+    with pytest.raises(AttributeError):
+        checkpoints.export_onnx  # noqa: B018 - never exported there
+
+
+# What 0.1's dna_video.runs (then one module) defined.
+RUNS_0_1 = ["REGISTRY", "VERSION_ARGUMENT", "NAME_ARGUMENT", "NETWORK_HPARAMS", "IGNORED_HPARAMS", "RestoreError",
+            "read_run_checkpoint", "compare_hparams", "AtomicCheckpointIO", "Experiment", "RunRecord", "record_run",
+            "find_latest_run", "run_of_checkpoint", "set_logger_version", "keep_csv_metrics", "prepare_restore"]
+
+
+def test_0_1_dna_video_runs_names_resolve_in_the_runs_room():
+    """``dna_video.runs`` is a package again (what a run left behind): 0.1's names that live in it
+    resolve silently; those that need Lightning resolve from dna_video.training.runs with a
+    warning, the same objects."""
+    import dna_video.runs as runs
+    import dna_video.training.runs as training_runs
+
+    for name in RUNS_0_1:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            value = getattr(runs, name)
+        messages = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+        if name in vars(runs):
+            assert not messages, (name, messages)
+        else:
+            assert messages == [f"dna_video.runs.{name} moved to dna_video.training.runs in dna-video 0.2; the old "
+                                "path goes in 0.3"], (name, messages)
+            assert value is getattr(training_runs, name)
+    assert runs.RestoreError is training_runs.RestoreError  # one class: errors raised by either are caught by both
+
+
+def test_0_2_export_verbs_run_the_export_command_with_a_note(tmp_path, capsys):
+    """``checkpoints export-ref`` / ``export-hf`` print one note naming ``export reference`` /
+    ``export huggingface`` on stderr and write what the new command writes."""
+    from dna_video.export.reference import export_reference
+    from dna_video.models.timesformer import TimeSformer
+    from dna_video.tools.checkpoints import main as checkpoints_main
+    from dna_video.tools.export import main as export_main
+
+    geometry = dict(num_classes=3, num_frames=4, img_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2)
+    for attention in ("dna", "softmax"):
+        export_reference(TimeSformer(attention=attention, **geometry), tmp_path / f"{attention}.pyth")
+    capsys.readouterr()
+    cases = [("export-ref", "reference", "dna.pyth", "--epoch", "3"), ("export-hf", "huggingface", "softmax.pyth")]
+    for old, new, source, *options in cases:
+        args = [str(tmp_path / source), "--num-heads", "2", *options]
+        assert checkpoints_main([old, *args[:1], str(tmp_path / f"old_{new}"), *args[1:]]) == 0
+        old_out, old_err = capsys.readouterr()
+        assert old_err == (f"note: dna-video checkpoints {old} is now dna-video export {new} (README, Commands); "
+                           "the old verb goes in 0.4\n")
+        assert export_main([new, *args[:1], str(tmp_path / f"new_{new}"), *args[1:]]) == 0
+        new_out, new_err = capsys.readouterr()
+        assert new_err == "" and old_out == new_out.replace(f"new_{new}", f"old_{new}")
+    old, new = (torch.load(tmp_path / f"{which}_reference", weights_only=True) for which in ("old", "new"))
+    assert old["epoch"] == new["epoch"] == 3 and old["cfg"] == new["cfg"]
+    assert old["model_state"].keys() == new["model_state"].keys()
+    for key, value in new["model_state"].items():
+        torch.testing.assert_close(old["model_state"][key], value, rtol=0, atol=0)
+    for name in ("config.json", "model.safetensors"):
+        assert (tmp_path / "old_huggingface" / name).read_bytes() == (tmp_path / "new_huggingface" / name).read_bytes()
+
+
 # Every renamed option of the video and probe modules: a distinctive value in its old name, and
 # where it must land (written out here, not read from the table under test).
 OLD_OPTIONS = {

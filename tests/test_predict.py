@@ -177,7 +177,7 @@ def test_subspaces_of_a_reference_layout_checkpoint(tiny_checkpoint, tmp_path):
     """A checkpoint in the DnA reference's own layout (no hyper-parameters) is read by the
     importer: the same records as from the .ckpt it was exported from."""
     from dna_video.analysis.subspaces import subspace_records
-    from dna_video.checkpoints import export_reference
+    from dna_video.export.reference import export_reference
 
     ckpt, _ = tiny_checkpoint
     net = load_model(ckpt).net

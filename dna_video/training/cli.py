@@ -56,7 +56,7 @@ from dna_video.training.callbacks.throughput import DataWaitMonitor, videos_in_b
 from dna_video.data import listfile, ntu, smarthome, synthetic  # noqa: F401  (DataModules known by their short names)
 from dna_video.training.callbacks.guard import NonFiniteError, NonFiniteGuard
 from dna_video.training.callbacks.run_state import RunState
-from dna_video.checkpoints.run_summary import fit_summary
+from dna_video.runs.summary import fit_summary
 from dna_video.checkpoints.upgrade import upgrade_checkpoint
 from dna_video.tasks import ImageClassifier, ProbeClassifierModule, TaskModule, VideoClassifier  # noqa: F401
 from dna_video.data.images import ImageFolderDataModule, SyntheticImageFolder  # noqa: F401
