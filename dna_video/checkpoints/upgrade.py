@@ -152,8 +152,8 @@ def upgrade_checkpoint(checkpoint: dict[str, Any]) -> dict[str, Any]:
 
 def upgrade_arguments(args: list[str]) -> tuple[list[str], list[str]]:
     """Command-line options in older names (0.1's ``--model.warmup_steps=40``,
-    ``--model.net_kwargs {depth: 2}``, format 2's ``--model.pair_seed 3``) in their current names; returns (arguments, the renames made,
-    as ``old -> new`` lines for a warning)."""
+    ``--model.net_kwargs {depth: 2}``, format 2's ``--model.pair_seed 3``) in their current
+    names; returns (arguments, the renames made, as ``old -> new`` lines for a warning)."""
     out: list[str] = []
     renamed: list[str] = []
     i = 0
