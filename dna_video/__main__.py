@@ -13,6 +13,7 @@ dna_video`` are this program.
     dna-video export {onnx,pt2} CKPT OUT [--int8] # a deployable model with its data settings inside
     dna-video export {huggingface,reference} CKPT OUT   # for transformers; for the reference code
     dna-video configs                            # the example configs shipped with the package
+    dna-video --import MODULE ...                # any command, after importing your module (e.g. an attention kind)
 
 ``predict`` is the tool when its first argument is a file (a checkpoint or an ``.onnx`` model;
 the tool imports no torch until it loads a checkpoint), LightningCLI's ``predict`` over a
@@ -45,7 +46,10 @@ def _is_tool(args: list[str]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = list(sys.argv[1:] if argv is None else argv)
+    from dna_video.common.plugins import import_requested
+
+    # Your modules first (--import, anywhere on the line): what they register is then known.
+    args = import_requested(list(sys.argv[1:] if argv is None else argv))
     command = args[0] if args else ""
     if command == "configs":
         from dna_video.training.configs import packaged_configs

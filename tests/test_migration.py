@@ -401,3 +401,134 @@ def test_0_2_export_verbs_run_the_export_command_with_a_note(tmp_path, capsys):
         torch.testing.assert_close(old["model_state"][key], value, rtol=0, atol=0)
     for name in ("config.json", "model.safetensors"):
         assert (tmp_path / "old_huggingface" / name).read_bytes() == (tmp_path / "new_huggingface" / name).read_bytes()
+
+
+# Every renamed option of the video and probe modules: a distinctive value in its old name, and
+# where it must land (written out here, not read from the table under test).
+OLD_OPTIONS = {
+    "arch": ("network.arch", "small"),
+    "attention": ("network.attention", "softmax"),
+    "temporal_attention": ("network.temporal_attention", "softmax"),
+    "spatial_attention": ("network.spatial_attention", "softmax"),
+    "attention_kwargs": ("network.attention_kwargs", {"alpha_init": 0.25}),
+    "drop_path_rate": ("network.drop_path_rate", 0.37),
+    "head_dropout": ("network.head_dropout", 0.21),
+    "grad_checkpointing": ("network.grad_checkpointing", True),
+    "compile": ("network.compile", True),
+    "net_kwargs": ("network.depth", 3),  # a dict whose entries join network
+    "init_from": ("init.source", "CHECKPOINT"),
+    "init_strict": ("init.strict", True),
+    "dna_init": ("init.dna_init", "orthogonal"),
+    "init_kwargs": ("init.negate_v_neg", True),  # a dict whose entries join init
+    "lr_scheduler_interval": ("schedule.interval", "step"),
+    "lr_scheduler_monitor": ("schedule.monitor", "val/top1"),
+    "warmup_steps": ("schedule.warmup_steps", 7),
+    "view_aggregation": ("evaluation.view_aggregation", "max"),
+    "aggregate": ("evaluation.aggregate", "probs"),
+    "eval_chunk_size": ("evaluation.chunk_size", 5),
+    "num_probes": ("probe.num_probes", 3),
+    "probe_layers": ("probe.layers", [-1]),
+    "cross_attention": ("probe.cross_attention", "softmax"),
+    "interaction": ("probe.interaction", "residual"),
+    "init_probes_from_backbone": ("probe.init_from_backbone", False),
+    "neg_init": ("probe.neg_init", "orthogonal"),
+    "neg_init_eps": ("probe.neg_init_eps", 0.003),
+    "cross_alpha_init": ("probe.alpha_init", 0.25),
+    # renamed in 0.3
+    "pair_seed": ("init.pair_seed", 11),
+}
+PROBE_ONLY = {"num_probes", "probe_layers", "cross_attention", "interaction", "init_probes_from_backbone",
+              "neg_init", "neg_init_eps", "cross_alpha_init"}
+
+
+def _options(model) -> dict:
+    """Every option of a built video / probe module, dotted: the groups as the module holds
+    them, the rest as its hyper-parameters."""
+    from dataclasses import asdict
+
+    groups = {"network": model.network, "init": model.init, "schedule": model.schedule, "evaluation": model.evaluation}
+    if hasattr(model, "probe_options"):
+        groups["probe"] = model.probe_options
+    out = {k: v for k, v in model.hparams.items() if k not in groups and not k.startswith("_")}
+    for group, value in groups.items():
+        out.update({f"{group}.{k}": v for k, v in asdict(value).items()})
+    return out
+
+
+@pytest.fixture(scope="module")
+def build_old(tmp_path_factory):
+    """A module built by the command from a config in old option names (a tiny network, small
+    clips), and its options."""
+    from dna_video.models.timesformer import timesformer
+    from dna_video.training.cli import main
+
+    folder = tmp_path_factory.mktemp("old_options")
+    checkpoint = folder / "tiny.pth"
+    torch.save(timesformer("tiny", num_classes=5, num_frames=4, img_size=32).state_dict(), checkpoint)
+
+    baselines: dict = {}
+
+    def build(options: dict, probe: bool) -> dict:
+        if options == {"arch": "tiny"} and probe in baselines:
+            return baselines[probe]
+        options = {key: str(checkpoint) if value == "CHECKPOINT" else value for key, value in options.items()}
+        model = {"class_path": "dna_video.tasks.ProbeClassifierModule", "init_args": options} if probe else options
+        data = {"class_path": "dna_video.data.SyntheticSmarthome",
+                "init_args": {"root": str(folder / "videos"), "num_frames": 4, "crop_size": 32}}
+        config = folder / "old.yaml"
+        config.write_text(yaml.safe_dump({"model": model, "data": data}))
+        built = _options(main(["--config", str(config), "--trainer.logger=false"], run=False).model)
+        if options == {"arch": "tiny"}:
+            baselines[probe] = built
+        return built
+
+    return build, str(checkpoint)
+
+
+def test_the_table_covers_every_renamed_option():
+    from dna_video.checkpoints.upgrade import RENAMED_OPTIONS
+
+    assert set(OLD_OPTIONS) == set(RENAMED_OPTIONS)
+
+
+@pytest.mark.parametrize("old", list(OLD_OPTIONS))
+def test_each_old_option_lands_in_its_new_place_and_nowhere_else(old, build_old):
+    """(issue 39.3) A config with a distinctive value in the old name builds a module whose new
+    option holds that value; every other option is the default (the same config without it)."""
+    build, checkpoint = build_old
+    place, value = OLD_OPTIONS[old]
+    given = {"net_kwargs": {"depth": 3}, "init_kwargs": {"negate_v_neg": True}}.get(old, value)
+    probe = old in PROBE_ONLY
+    baseline = build({"arch": "tiny"}, probe)
+    built = build({"arch": "tiny", old: given}, probe)
+    expected = checkpoint if value == "CHECKPOINT" else value
+    assert {k: v for k, v in built.items() if baseline.get(k) != v} == {place: expected}
+
+
+def test_a_format_2_checkpoint_with_pair_seed_loads_with_it_in_init(tmp_path):
+    """Format 2 kept ``pair_seed`` beside the groups; format 3 has it in ``init``: an older
+    checkpoint is upgraded on load, and the two names given at once must agree."""
+    import lightning
+
+    from dna_video.checkpoints import PretrainedWeights
+    from dna_video.checkpoints.upgrade import FORMAT_KEY, upgrade_checkpoint, upgrade_model_options
+    from dna_video.models.timesformer import TimeSformerSpec
+    from dna_video.tasks import VideoClassifier
+
+    module = VideoClassifier(num_classes=3, num_frames=2, img_size=16, network=TimeSformerSpec(arch="tiny", depth=1),
+                             init=PretrainedWeights(pair_seed=5))
+    hparams = dict(module.hparams)
+    init = dict(hparams["init"])
+    hparams.update(init={k: v for k, v in init.items() if k != "pair_seed"}, pair_seed=init["pair_seed"])
+    path = tmp_path / "format2.ckpt"
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": hparams, FORMAT_KEY: 2,
+                "pytorch-lightning_version": lightning.__version__}, path)
+    restored = VideoClassifier.load_from_checkpoint(path)
+    assert restored.init.pair_seed == 5
+    for key, value in module.state_dict().items():
+        assert torch.equal(restored.state_dict()[key], value), key
+    upgraded = upgrade_checkpoint(torch.load(path, weights_only=True))
+    assert upgraded[FORMAT_KEY] == 3 and "pair_seed" not in upgraded["hyper_parameters"]
+    assert upgraded["hyper_parameters"]["init"]["pair_seed"] == 5
+    with pytest.raises(ValueError, match=r"model.pair_seed \(3, its name before 0.3\) and model.init.pair_seed \(4\) disagree"):
+        upgrade_model_options({"pair_seed": 3, "init": {"pair_seed": 4}})

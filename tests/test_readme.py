@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dna_video.__main__ import TOOLS
-from dna_video.checkpoints.upgrade import OPTIONS_0_1
+from dna_video.checkpoints.upgrade import RENAMED_OPTIONS
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -112,10 +112,10 @@ def test_readme_and_docs_use_0_2_option_names():
     for path in [README, *DOCS]:
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             for match in _OPTION.finditer(line):
-                if match.group(1) in OPTIONS_0_1:
-                    new = OPTIONS_0_1[match.group(1)]
-                    old.append(f"{path.relative_to(REPO)}:{number}: {match.group(0)} (0.2: model.{new})")
-    assert not old, "0.1 option names:\n" + "\n".join(old)
+                if match.group(1) in RENAMED_OPTIONS:
+                    new = RENAMED_OPTIONS[match.group(1)]
+                    old.append(f"{path.relative_to(REPO)}:{number}: {match.group(0)} (now: model.{new})")
+    assert not old, "old option names:\n" + "\n".join(old)
 
 
 # The documents a user reads after the README's first command (the CHANGELOG is history).

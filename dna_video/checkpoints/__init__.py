@@ -28,11 +28,11 @@ release, with a DeprecationWarning: this package imports nothing of :mod:`dna_vi
 import importlib
 import warnings
 
-from dna_video.checkpoints.conversion import ImportOptions, TargetModel, convert_checkpoint
+from dna_video.checkpoints.conversion import TargetModel, convert_checkpoint
 from dna_video.models.attention.negative_init import DNA_INIT_POLICIES, init_negative_branch
 from dna_video.checkpoints.io import CheckpointError, RawCheckpoint, read_checkpoint
 from dna_video.checkpoints.layouts import detect_layout, hf_config_to_kwargs, infer_geometry
-from dna_video.checkpoints.loading import PretrainedWeights, initialise_missing, load_image_checkpoint, load_pretrained, read_official, timesformer_from_checkpoint
+from dna_video.checkpoints.loading import PretrainedWeights, initialise_missing, load_image_checkpoint, load_pretrained, load_weights, read_official, timesformer_from_checkpoint
 from dna_video.checkpoints.outcomes import Entry, Outcome, Reason, Step
 from dna_video.checkpoints.load_report import LoadReport
 
@@ -40,7 +40,6 @@ __all__ = [
     "CheckpointError",
     "DNA_INIT_POLICIES",
     "Entry",
-    "ImportOptions",
     "LoadReport",
     "Outcome",
     "PretrainedWeights",
@@ -56,6 +55,7 @@ __all__ = [
     "initialise_missing",
     "load_image_checkpoint",
     "load_pretrained",
+    "load_weights",
     "read_checkpoint",
     "read_official",
     "timesformer_from_checkpoint",
@@ -66,6 +66,10 @@ _MOVED_TO_EXPORT = {"export_huggingface": "dna_video.export.huggingface", "expor
 
 
 def __getattr__(name: str):
+    if name == "ImportOptions":  # PretrainedWeights since 0.3 (dna_video.checkpoints.conversion warns)
+        from dna_video.checkpoints import conversion
+
+        return conversion.ImportOptions
     if name not in _MOVED_TO_EXPORT:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     warnings.warn(f"{__name__}.{name} moved to {_MOVED_TO_EXPORT[name]} in dna-video 0.3; the old path goes in 0.4",

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from dna_video import __version__
+from dna_video.common.defaults import NUM_FRAMES
 from dna_video.runs.folders import run_folder
 from dna_video.runs.lineage import Origin, init_source, licence_lines, weights_history
 from dna_video.runs.summary import read_summary
@@ -77,7 +78,7 @@ def _build(task: str, hparams: dict[str, Any], weights: dict[str, torch.Tensor],
 
     spec = replace(TimeSformerSpec.of(hparams.get("network")), compile=False)
     num_classes = int(hparams["num_classes"])
-    backbone = spec.build(num_classes, int(hparams.get("num_frames", 8)), int(hparams.get("img_size", 224)))
+    backbone = spec.build(num_classes, int(hparams.get("num_frames", NUM_FRAMES)), int(hparams.get("img_size", 224)))
     net: torch.nn.Module = backbone
     if task == "probe":
         backbone.reset_head(0)  # the probe has its own head
@@ -229,7 +230,9 @@ def _made(f: _Facts) -> str:
 
 
 def _attention(network: dict[str, Any]) -> str:
-    attention = network.get("attention", "dna")
+    from dna_video.models.attention import DEFAULT_ATTENTION  # torch: a card has built the network by now
+
+    attention = network.get("attention", DEFAULT_ATTENTION)
     spatial = network.get("spatial_attention") or attention
     temporal = network.get("temporal_attention") or attention
     return f"`{spatial}`" if spatial == temporal else f"spatial `{spatial}`, temporal `{temporal}`"
@@ -246,12 +249,14 @@ def _started(f: _Facts) -> str:
 
 def _probe_head(f: _Facts) -> tuple[list[str], str, str]:
     """The title, summary and first rows of a probe's card; its parameters cell and started row."""
+    from dna_video.models.attention import DEFAULT_ATTENTION
+
     net, network, probe = f.net, f.network, f.hparams.get("probe") or {}
     lines = [
         _title(f, f": probes over a frozen TimeSformer ({_attention(network)} attention)"),
         "",
         f"Video action recognition by {net.probes.shape[1]} learned probe tokens reading a frozen "
-        f"divided space-time TimeSformer through `{probe.get('cross_attention', 'dna')}` cross-attention "
+        f"divided space-time TimeSformer through `{probe.get('cross_attention', DEFAULT_ATTENTION)}` cross-attention "
         "(VisCoP's probes; DnA = Denoising Attention, Campos et al., ECCV 2026); only the probes, their "
         f"interaction modules, the final norm and the head are trained ({_task_name(f.hparams, f.task)}). {_made(f)}",
         "",
