@@ -31,7 +31,7 @@ from dna_video.common.lazy import lazy_exports
 # package first.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 # Public name -> the module that defines it.
 _EXPORTS = {

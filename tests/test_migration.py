@@ -263,7 +263,18 @@ def test_0_1_public_names_stay_and_the_package_imports_no_torch():
     assert TimeSformer is dna_video.TimeSformer
     code = "import sys, dna_video; print(dna_video.__version__, 'torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert result.stdout.split() == ["0.2.0", "False"], result.stderr
+    assert result.stdout.split() == ["0.3.0", "False"], result.stderr
+
+
+def test_the_version_is_0_3_0_in_the_package_and_its_metadata():
+    """One number: the package's ``__version__`` is pyproject's (the release whose moves the
+    warnings above announce)."""
+    import tomllib
+
+    import dna_video
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert dna_video.__version__ == project["version"] == "0.3.0"
 
 
 @pytest.mark.slow
