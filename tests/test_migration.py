@@ -112,6 +112,23 @@ def test_a_0_1_image_checkpoint_tests_through_the_old_command(runs, tmp_path):
                                state["net.blocks.1.attn.neg_scalers"], rtol=0, atol=0)
 
 
+# Old packages with moved submodules of their own: their old path is a proxy package.
+PROXY_PACKAGES = {"dna_video.callbacks", "dna_video.runtime"}
+
+
+def _assert_leads_to(module, new: str) -> None:
+    """The old path's module is the new module; for a proxy package, a package under the old
+    name whose every public name is the new package's object."""
+    target = importlib.import_module(new)
+    if module.__name__ not in PROXY_PACKAGES:
+        assert module is target, module.__name__
+        return
+    assert module is not target and module.__path__ == []
+    names = getattr(target, "__all__", [n for n, v in vars(target).items()
+                                        if not n.startswith("_") and not isinstance(v, type(sys))])
+    assert [n for n in names if getattr(module, n) is not getattr(target, n)] == [], module.__name__
+
+
 def test_every_0_1_module_path_imports_its_new_module_with_a_warning():
     import dna_video
 
@@ -120,7 +137,7 @@ def test_every_0_1_module_path_imports_its_new_module_with_a_warning():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             module = importlib.import_module(old)
-        assert module is importlib.import_module(new), old
+        _assert_leads_to(module, new)
         messages = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
         if warns:
             assert any(f"{old} moved to {new}" in m for m in messages), (old, messages)
@@ -324,7 +341,7 @@ def test_0_2_module_paths_moved_in_0_3_import_their_new_module_and_say_when_they
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             module = importlib.import_module(old)
-        assert module is importlib.import_module(new), old
+        _assert_leads_to(module, new)
         messages = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
         assert f"{old} moved to {new} in dna-video 0.3; the old path goes in 0.4" in messages, messages
         for name in NAMES_0_2[old]:
@@ -334,6 +351,32 @@ def test_0_2_module_paths_moved_in_0_3_import_their_new_module_and_say_when_they
     with pytest.warns(DeprecationWarning, match=r"dna_video.callbacks.summary moved to dna_video.runs.summary in "
                                                 r"dna-video 0.2; the old path goes in 0.4"):
         importlib.import_module("dna_video.callbacks.summary")
+
+
+def test_submodules_of_a_moved_package_import_by_their_old_names(monkeypatch):
+    """(review finding 3) ``from dna_video.runtime import model`` (0.2) and ``from
+    dna_video.callbacks import summary`` (0.1): the submodule's new module, its warning at this
+    line; the new package gains no attribute of the old name."""
+    import dna_video
+    import dna_video.prediction as prediction
+    import dna_video.training.callbacks as callbacks
+
+    assert {name for name in dna_video.MOVED if dna_video._is_proxy(name)} == PROXY_PACKAGES
+    for name in [name for name in sys.modules if any(name == p or name.startswith(f"{p}.") for p in PROXY_PACKAGES)]:
+        monkeypatch.delitem(sys.modules, name)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from dna_video.runtime import inference, model, preprocess
+        from dna_video.callbacks import guard, summary
+    moved = {str(w.message).split(" moved to ")[0]: w.filename for w in caught}
+    assert moved == dict.fromkeys(["dna_video.runtime", "dna_video.runtime.inference", "dna_video.runtime.model",
+                                   "dna_video.runtime.preprocess", "dna_video.callbacks", "dna_video.callbacks.guard",
+                                   "dna_video.callbacks.summary"], __file__)
+    assert model is inference is importlib.import_module("dna_video.prediction.onnx_backend")
+    assert preprocess is importlib.import_module("dna_video.prediction.views")
+    assert summary is importlib.import_module("dna_video.runs.summary")
+    assert guard is importlib.import_module("dna_video.training.callbacks.guard")
+    assert not hasattr(prediction, "model") and not hasattr(callbacks, "summary")
 
 
 def test_0_2_names_of_moved_functions_resolve_with_a_warning():
