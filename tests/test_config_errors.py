@@ -102,6 +102,32 @@ def test_a_model_option_the_data_fixes_stated_otherwise_is_refused_naming_both(c
                       "Set the data's option and drop the model's (docs/configs.md, \"What the data fixes\")")
 
 
+def test_a_class_count_stated_otherwise_than_the_built_datas_is_refused(capsys, tmp_path, monkeypatch):
+    """(review finding 5) ``model.num_classes`` is the built DataModule's (its class list): stated
+    with another value it was replaced without a word; the command stops before it writes
+    anything, in one line naming the key, where it was set and the data's count. The data's own
+    count is accepted."""
+    from dna_video.data.synthetic import SyntheticSmarthome
+    from dna_video.training.cli import DnACLI
+
+    monkeypatch.setattr(DnACLI, "_run_subcommand", lambda self, subcommand: pytest.fail("ran despite the clash"))
+    classes = SyntheticSmarthome(root=str(tmp_path)).num_classes
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(f"model:\n  num_classes: {classes + 2}\n")
+    common = ["fit", "--config", QUICKSTART, f"--data.init_args.root={tmp_path}", "--trainer.logger=false"]
+    for given, where in ((["--config", str(mine)], f"in {mine}"), ([f"--model.num_classes={classes + 2}"],
+                                                                 "on the command line")):
+        with pytest.raises(SystemExit) as stop:
+            console_main([*common, *given])
+        assert stop.value.code == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[0] == (f"error: ValueError: model.num_classes is {classes + 2} {where}, but the data fixes it: "
+                          f"SyntheticSmarthome.num_classes is {classes}. Drop the model's option (docs/configs.md, "
+                          "\"What the data fixes\")")
+    monkeypatch.setattr(DnACLI, "_run_subcommand", lambda self, subcommand: None)
+    assert main([*common, f"--model.num_classes={classes}"]).model.net.num_classes == classes
+
+
 def test_the_same_value_as_the_datas_is_accepted(monkeypatch, tmp_path):
     """A 0.2 run's config.yaml states the linked options with the data's values: it still runs."""
     from dna_video.training.cli import DnACLI
