@@ -586,3 +586,131 @@ def test_a_format_2_checkpoint_with_pair_seed_loads_with_it_in_init(tmp_path):
     assert upgraded["hyper_parameters"]["init"]["pair_seed"] == 5
     with pytest.raises(ValueError, match=r"model.pair_seed \(3, its name before 0.3\) and model.init.pair_seed \(4\) disagree"):
         upgrade_model_options({"pair_seed": 3, "init": {"pair_seed": 4}})
+
+
+# -- 0.2's call forms (review finding 2) -------------------------------------------------------------
+# Every public function and class of the 0.2 prediction paths as 0.2 defined it (read from the
+# 0.2 sources, git 1c1de09^): its parameters in order and how many are required.
+CALLS_0_2 = {
+    "dna_video.analysis.window_network:WindowNetwork": ('model device attention', 1),
+    "dna_video.analysis.windows:Stride": ('value unit', 1),
+    "dna_video.analysis.windows:parse_stride": ('text', 1),
+    "dna_video.analysis.windows:Windows": ('num_frames fps step span stride starts indices', 7),
+    "dna_video.analysis.windows:plan_windows": ('num_frames fps sampler stride', 3),
+    "dna_video.analysis.windows:TimelineStats": ('decoded_frames unique_frames peak_held_frames windows seconds video_seconds', 0),
+    "dna_video.analysis.windows:window_clips": ('stream windows prepare chunk stats stack', 2),
+    "dna_video.analysis.windows:Timeline": ('path windows probs class_names stats', 4),
+    "dna_video.analysis.windows:sliding_timeline": ('path decoder sampler class_names prepare probs_of stride windows_per_pass decode_chunk stack min_side', 6),
+    "dna_video.analysis.windows:smooth": ('probs k', 2),
+    "dna_video.analysis.windows:Segment": ('start_s end_s label name prob windows', 6),
+    "dna_video.analysis.windows:segments_of": ('probs windows class_names min_length_s', 3),
+    "dna_video.analysis.windows:windows_csv": ('windows probs class_names top_k', 3),
+    "dna_video.analysis.windows:srt_timestamp": ('seconds', 1),
+    "dna_video.analysis.windows:srt_text": ('segments', 1),
+    "dna_video.analysis.windows:write_timeline": ('timeline out stem smooth_windows min_segment_s top_k extra', 2),
+    "dna_video.analysis.windows:describe": ('timeline', 1),
+    "dna_video.analysis.timeline:video_timeline": ('model path stride device views_per_pass decode_chunk network', 2),
+    "dna_video.analysis.stream:is_local_file": ('source', 1),
+    "dna_video.analysis.stream:display_name": ('source', 1),
+    "dna_video.analysis.stream:stream_stem": ('source', 1),
+    "dna_video.analysis.stream:open_source": ('source input_format options timeout_s', 1),
+    "dna_video.analysis.stream:source_rate": ('stream', 1),
+    "dna_video.analysis.stream:LivePlan": ('sampler fps stride', 2),
+    "dna_video.analysis.stream:FrameReader": ('container name keep speed on_frame', 3),
+    "dna_video.analysis.stream:LiveWindow": ('window start_s end_s probs latency_s', 5),
+    "dna_video.analysis.stream:LiveStats": ('frames_read windows skipped_windows dropped_frames frames_after_last_window latencies_s seconds error stopped', 0),
+    "dna_video.analysis.stream:run_stream": ('reader plan prepare probs_of drop stack on_window min_side', 4),
+    "dna_video.analysis.stream:latency_summary": ('latencies_s', 1),
+    "dna_video.analysis.stream:LiveCsv": ('path class_names top_k', 2),
+    "dna_video.runtime.inference:VideoViews": ('views num_frames frames_needed', 3),
+    "dna_video.runtime.inference:load_views": ('path settings min_side', 2),
+    "dna_video.runtime.inference:Predictions": ('paths probs failed refused frames', 2),
+    "dna_video.runtime.inference:predict_videos": ('model videos num_workers chunk', 2),
+    "dna_video.runtime.inference:OnnxWindows": ('model', 1),
+    "dna_video.runtime.inference:video_timeline": ('model path stride views_per_pass decode_chunk', 2),
+    "dna_video.runtime.model:softmax": ('logits axis', 1),
+    "dna_video.runtime.model:mean_view_probs": ('logits on', 1),
+    "dna_video.runtime.model:providers_for": ('device available', 2),
+    "dna_video.runtime.model:session_options": ('threads', 0),
+    "dna_video.runtime.model:OnnxModel": ('session class_names settings aggregate patch_size source metadata', 3),
+    "dna_video.runtime.model:load_onnx_model": ('path device threads', 1),
+    "dna_video.analysis.inference:LoadedModel": ('net class_names settings aggregate source settings_from', 3),
+    "dna_video.analysis.inference:load_model": ('path num_heads warn_defaults', 1),
+    "dna_video.analysis.inference:VideoViews": ('views num_frames frames_needed', 3),
+    "dna_video.analysis.inference:load_views": ('path settings min_side', 2),
+    "dna_video.analysis.inference:read_views": ('path settings min_side', 2),
+    "dna_video.analysis.inference:view_logits": ('net views chunk features', 2),
+    "dna_video.analysis.inference:device_of": ('name', 1),
+    "dna_video.tools.predict:Predictions": ('paths probs features failed refused frames', 6),
+    "dna_video.tools.predict:predict_videos": ('model videos num_workers device chunk features', 2),
+    "dna_video.tools.predict:write_features": ('path paths features', 3),
+    "dna_video.tools.predict:main": ('argv', 0),
+    "dna_video.tools.predict_cli:collect_videos": ('paths root', 1),
+    "dna_video.tools.predict_cli:add_settings_arguments": ('parser', 1),
+    "dna_video.tools.predict_cli:settings_overrides": ('args', 1),
+    "dna_video.tools.predict_cli:input_options": ('pairs', 1),
+    "dna_video.tools.predict_cli:check_arguments": ('args', 1),
+    "dna_video.tools.predict_cli:write_predictions": ('args paths probs labels frames class_names header failed', 8),
+    "dna_video.tools.predict_cli:failure_summary": ('total failed refused min_side short', 5),
+    "dna_video.tools.predict_cli:write_timelines": ('args videos timeline_of out source settings window_maps', 5),
+    "dna_video.tools.predict_cli:run_live": ('args out settings class_names prepare probs_of stack min_side model_source window_maps', 9),
+    "dna_video.analysis.annotate:FrameLabel": ('name prob maps', 1),
+    "dna_video.analysis.annotate:bar_rows": ('height', 1),
+    "dna_video.analysis.annotate:band_height": ('height', 1),
+    "dna_video.analysis.annotate:draw_label": ('frame label', 2),
+    "dna_video.analysis.annotate:crop_region": ('height width crop_size num_crops', 3),
+    "dna_video.analysis.annotate:blend_attention": ('frame maps region strength', 3),
+    "dna_video.analysis.annotate:annotate_frame": ('frame label region', 2),
+    "dna_video.analysis.annotate:encode_video": ('path frames rate crf', 3),
+    "dna_video.analysis.annotate:annotate_timeline": ('timeline probs segments out crop_size num_crops window_maps', 5),
+    "dna_video.analysis.annotate:LiveAnnotator": ('path rate crop_size num_crops', 3),
+    "dna_video.analysis.predictions:top_classes": ('probs k', 2),
+    "dna_video.analysis.predictions:prediction_records": ('paths probs labels names top_k frames', 5),
+    "dna_video.analysis.predictions:csv_rows": ('paths probs labels preds class_names top_k', 2),
+    "dna_video.analysis.predictions:write_csv": ('path rows', 2),
+    "dna_video.analysis.predictions:prediction_table": ('records', 1),
+    "dna_video.runtime.preprocess:resized_size": ('height width size', 3),
+    "dna_video.runtime.preprocess:resize_short_side": ('frames size', 2),
+    "dna_video.runtime.preprocess:crop_boxes": ('height width size num_crops', 4),
+    "dna_video.runtime.preprocess:frame_views": ('frames crop_size num_crops mean std', 5),
+    "dna_video.runtime.preprocess:clip_views": ('frames crop_size num_crops mean std', 5),
+}
+
+
+def _call_forms(params: list[str], required: int):
+    """Every way 0.2 code could call a function: the first k parameters by position (k from the
+    required ones to all), the rest of the given ones by name; and all of them by name."""
+    for given in range(required, len(params) + 1):
+        for by_position in range(given + 1):
+            yield params[:by_position], params[by_position:given]
+
+
+def test_0_2_call_forms_bind_as_in_0_2_or_fail_loudly_and_are_listed():
+    """Each 0.2 call form, bound (inspect.signature(...).bind) to the name its 0.2 path reaches
+    now: every argument lands in the parameter of the same name (it works as in 0.2), or the
+    call is a TypeError (never an argument silently taken for another), and then the name is in
+    CHANGELOG's list of changed signatures."""
+    import inspect
+
+    changelog = (REPO / "CHANGELOG.md").read_text().split("## 0.2.0")[0]
+    changed = changelog.split("Signatures changed in 0.3", 1)[1].split("\n\n", 1)[0] if (
+        "Signatures changed in 0.3" in changelog) else ""
+    silent, loud = [], set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for where, (text, required) in CALLS_0_2.items():
+            path, name = where.split(":")
+            signature = inspect.signature(getattr(importlib.import_module(path), name))
+            params = text.split()
+            for positional, keywords in _call_forms(params, required):
+                try:
+                    bound = signature.bind(*positional, **{k: k for k in keywords})
+                except TypeError:
+                    loud.add(name)
+                    continue
+                landed = {k: v for k, v in bound.arguments.items() if not isinstance(v, (tuple, dict))}
+                if any(k != v for k, v in landed.items()) or len(landed) != len(positional) + len(keywords):
+                    silent.append((where, positional, keywords, dict(bound.arguments)))
+    unlisted = sorted(name for name in loud if f"`{name}(" not in changed)
+    assert silent == [], (sorted({s[0] for s in silent}), silent[:3])
+    assert unlisted == [], " ".join(unlisted)
