@@ -50,8 +50,19 @@ def test_an_error_raised_while_building_the_model_is_its_reason_alone(capsys):
     with pytest.raises(SystemExit):
         console_main(["fit", "--config", QUICKSTART, "--model.network.attention=dnna", "--trainer.logger=false"])
     err = capsys.readouterr().err
-    assert "error: ValueError: unknown attention 'dnna'; choose one of [" in err
+    assert "error: ValueError: model.network.attention: unknown attention 'dnna'; choose one of [" in err
     assert "Union" not in err and "Namespace(" not in err
+
+
+@pytest.mark.parametrize("key", ["attention", "temporal_attention", "spatial_attention"])
+def test_an_unknown_attention_kind_names_its_key_and_the_import_option(key, capsys):
+    """(review finding 10) The key as the config states it, the kinds, and how a kind of the
+    user's own module becomes known (``--import MODULE``); one line."""
+    with pytest.raises(SystemExit):
+        console_main(["fit", "--config", QUICKSTART, f"--model.network.{key}=mine", "--trainer.logger=false"])
+    line = capsys.readouterr().err.splitlines()[0]
+    assert line.startswith(f"error: ValueError: model.network.{key}: unknown attention 'mine'; choose one of ['")
+    assert "'dna'" in line and "--import MODULE" in line and 'docs/variants.md, "Your own attention kind"' in line
 
 
 def test_explain_keeps_messages_it_does_not_know():
