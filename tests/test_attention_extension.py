@@ -5,6 +5,7 @@ maps`, the denoising measures (negative-branch mass and switch-off), a timm ViT,
 benchmark's variant rows."""
 
 import csv
+import sys
 from pathlib import Path
 
 import pytest
@@ -304,3 +305,23 @@ def test_a_py_file_given_to_import_and_the_probe_asks_the_registry(outside_kind,
     assert probe(torch.randn(1, 3, 2, 16, 16)).shape == (1, 3)
     with pytest.raises(ValueError, match="unknown cross-attention 'tanh_dna'; choose one of"):
         ProbeClassifier(backbone, 3, cross_attention="tanh_dna")  # registered, but with no cross class
+
+
+@pytest.mark.parametrize("stem", ["yaml", "json"])
+def test_a_py_file_named_like_another_module_does_not_replace_it(stem, tmp_path, monkeypatch, caplog):
+    """(review finding 9) ``--import yaml.py`` (an installed module's name) or ``json.py`` (the
+    standard library's): the file runs under a private name, said in one line; the real module
+    stays what every later ``import`` gets."""
+    import importlib
+
+    from dna_video.common.plugins import import_requested
+
+    real = importlib.import_module(stem)
+    monkeypatch.setitem(sys.modules, stem, real)  # restored whatever happens
+    path = tmp_path / f"{stem}.py"
+    path.write_text("RAN = True\n")
+    assert import_requested(["--import", str(path), "configs"]) == ["configs"]
+    assert sys.modules[stem] is real and importlib.import_module(stem) is real
+    mine = sys.modules.pop(f"dna_video_import_{stem}")
+    assert mine.RAN and Path(mine.__file__) == path
+    assert f"--import {path}: imported as dna_video_import_{stem}" in caplog.text
