@@ -54,7 +54,7 @@ __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
-# -- 0.1 module paths, kept for one release -------------------------------------------------------
+# -- 0.1 module paths, kept until 0.4 (announced to go in 0.3, kept one more release beside 0.2's) --
 # Old module -> (its new module, what `python -m OLD` runs: a module or "module:function",
 # whether importing warns).
 # dna_video.timesformer is a public name and stays without a warning.
@@ -201,7 +201,15 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         now = "dna-video" if function else f"python -m {module}"
         run = (f"from {module} import {function}\n{function}()\n" if function
                else f"import runpy\nrunpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
-        goes = _releases(fullname)[1]
+        moved, goes = _releases(fullname)
+        if importlib.util.find_spec(module) is None:  # a moved package that is no command (dna_video.runtime)
+            source = (
+                "import sys\n"
+                f"sys.stderr.write('error: python -m {shown}: {shown} moved to {new.removesuffix('.__main__')} in "
+                f"dna-video {moved} and is no command (README, Commands lists them); the old path goes in {goes}\\n')\n"
+                "sys.exit(1)\n"
+            )
+            return compile(source, f"<moved {fullname}>", "exec")
         source = (
             "import sys\n"
             f"sys.argv[0] = {shown!r}  # runpy leaves None for a module without a file\n"

@@ -267,6 +267,23 @@ def test_old_python_m_commands_run_the_new_ones(old, capsys, monkeypatch):
     assert "usage:" in out
 
 
+def test_python_m_of_a_moved_package_that_is_no_command_says_where_it_went(capsys, monkeypatch):
+    """(review finding 8) ``python -m dna_video.runtime`` (0.2's package, never a command): one
+    line naming the move, status 1, no traceback."""
+    import runpy
+
+    for name in [name for name in sys.modules if name == "dna_video.runtime" or name.startswith("dna_video.runtime.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "argv", ["dna_video.runtime"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_module("dna_video.runtime", run_name="__main__", alter_sys=True)
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err == ("error: python -m dna_video.runtime: dna_video.runtime moved to "
+                                       "dna_video.prediction in dna-video 0.3 and is no command (README, Commands "
+                                       "lists them); the old path goes in 0.4\n")
+
+
 def test_0_1_public_names_stay_and_the_package_imports_no_torch():
     import dna_video
 
