@@ -170,3 +170,11 @@ def test_a_config_that_is_not_yaml_is_one_line_with_its_line_and_column(text, wh
     with pytest.raises(SystemExit) as stop:
         console_main(["fit", "--config", "broken"])
     assert stop.value.code == expected
+    # (review finding 15) A nested config: a file given to a key, .yaml or .yml.
+    nested = tmp_path / "nested.yml"
+    nested.write_text(text)
+    for args in (["--data", str(bad)], [f"--model={bad}"], ["--trainer", str(nested)],
+                 ["--model.network", str(nested)]):
+        with pytest.raises(SystemExit) as stop:
+            console_main(["fit", "--config", QUICKSTART, *args])
+        assert stop.value.code == f"error: {args[-1].partition('=')[2] or args[-1]}:{where}: not valid YAML: {problem}"
