@@ -396,6 +396,14 @@ def test_submodules_of_a_moved_package_import_by_their_old_names(monkeypatch):
     assert not hasattr(prediction, "model") and not hasattr(callbacks, "summary")
 
 
+def test_the_changelog_table_lists_every_path_moved_in_0_3():
+    """(review finding 4) CHANGELOG's "Moved in 0.3" table names each 0.2 path of MOVED_IN_0_3."""
+    import dna_video
+
+    table = (REPO / "CHANGELOG.md").read_text().split("Moved in 0.3", 1)[1].split("\n\n", 2)[1]
+    assert [old for old in dna_video.MOVED_IN_0_3 if f"`{old}`" not in table] == []
+
+
 def test_0_2_names_of_moved_functions_resolve_with_a_warning():
     """``dna_video.checkpoints.export_huggingface`` / ``export_reference`` (the checkpoints layer
     imports nothing of the export folder above it: looked up by name), and the registry's names
