@@ -17,8 +17,9 @@ dna_video`` are this program.
 
 ``predict`` is the tool when it is given a file (a checkpoint or an ``.onnx`` model, before or
 after the tool's options; the tool imports no torch until it loads a checkpoint), LightningCLI's
-``predict`` over a DataModule when an option of that command comes first (``--config ...``). ``predict``, ``predict -h`` and ``predict
---help`` are the tool's: its help shows the file mode's options and how the config mode is used.
+``predict`` over a DataModule when an option of that command comes first (``--config ...``).
+``predict``, ``predict -h`` and ``predict --help`` are the tool's: its help shows the file
+mode's options and how the config mode is used.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ that what they register (an attention kind, through
 "Your own attention kind").
 
 MODULE is a module name, found on the Python path or in the current directory, or the path of a
-``.py`` file (under its stem, or under ``dna_video_import_<stem>`` where another module has that
-name, ``yaml.py``: the file never replaces it). The option may be given several times and anywhere on the command line; it is
-taken out before the command sees its arguments.
+``.py`` file (imported under its stem, or under ``dna_video_import_<stem>`` where another module
+has that name, ``yaml.py``: the file never replaces it). The option may be given several times
+and anywhere on the command line; it is taken out before the command sees its arguments.
 """
 
 from __future__ import annotations
