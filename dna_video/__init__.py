@@ -31,7 +31,7 @@ from dna_video.common.lazy import lazy_exports
 # package first.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 # Public name -> the module that defines it.
 _EXPORTS = {
@@ -54,7 +54,7 @@ __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
-# -- 0.1 module paths, kept for one release -------------------------------------------------------
+# -- 0.1 module paths, kept until 0.4 (announced to go in 0.3, kept one more release beside 0.2's) --
 # Old module -> (its new module, what `python -m OLD` runs: a module or "module:function",
 # whether importing warns).
 # dna_video.timesformer is a public name and stays without a warning.
@@ -134,6 +134,35 @@ def _moved(name: str) -> tuple[str, str | None, bool] | None:
     return None
 
 
+def _is_proxy(name: str) -> bool:
+    """A moved package with moved modules of its own (``dna_video.runtime.model``): its old path
+    is a proxy package, not the new package itself, so that ``from dna_video.runtime import
+    model`` finds the old submodule's name (the new package has no ``model``)."""
+    return name in MOVED and any(old.startswith(f"{name}.") for old in MOVED)
+
+
+_MISSING = object()
+
+
+class _MovedPackage(types.ModuleType):
+    """The old path of a moved package with moved submodules: its names are the new package's
+    (the same objects), its submodules resolve by their old names (each with its warning)."""
+
+    def __getattr__(self, name: str):
+        # A dunder, or a submodule by its old name not imported yet (``from OLD import model``
+        # then imports ``OLD.model`` through the finder below, its warning at the caller's line;
+        # once imported, it is an attribute of this module).
+        new = MOVED[self.__name__][0]
+        value = _MISSING if name.startswith("__") else getattr(importlib.import_module(new), name, _MISSING)
+        if value is _MISSING or getattr(value, "__name__", None) == f"{new}.{name}":  # a submodule, by its old name
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+        return value
+
+    def __dir__(self) -> list[str]:
+        children = {old.rpartition(".")[2] for old in MOVED if old.rpartition(".")[0] == self.__name__}
+        return sorted(set(dir(importlib.import_module(MOVED[self.__name__][0]))) | children)
+
+
 class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds the 0.1 module paths: importing one returns its new module (the same module
     object, so classes stay identical), with a DeprecationWarning naming it; ``python -m`` of
@@ -145,7 +174,7 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):
         if not fullname.startswith("dna_video.") or _moved(fullname) is None:
             return None
-        return importlib.util.spec_from_loader(fullname, self, is_package=False)
+        return importlib.util.spec_from_loader(fullname, self, is_package=_is_proxy(fullname))
 
     def create_module(self, spec):
         return None
@@ -156,6 +185,11 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             moved, goes = _releases(module.__name__)
             warnings.warn(f"{module.__name__} moved to {new} in dna-video {moved}; the old path goes in {goes}",
                           DeprecationWarning, stacklevel=2)
+        if _is_proxy(module.__name__):
+            importlib.import_module(new)  # an old package whose new one does not import fails here
+            module.__class__ = _MovedPackage
+            module.__doc__ = f"{module.__name__} (moved to {new}): its names are {new}'s."
+            return
         # The import system returns what sys.modules holds under the old name once this returns.
         sys.modules[module.__name__] = importlib.import_module(new)
 
@@ -167,7 +201,15 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         now = "dna-video" if function else f"python -m {module}"
         run = (f"from {module} import {function}\n{function}()\n" if function
                else f"import runpy\nrunpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
-        goes = _releases(fullname)[1]
+        moved, goes = _releases(fullname)
+        if importlib.util.find_spec(module) is None:  # a moved package that is no command (dna_video.runtime)
+            source = (
+                "import sys\n"
+                f"sys.stderr.write('error: python -m {shown}: {shown} moved to {new.removesuffix('.__main__')} in "
+                f"dna-video {moved} and is no command (README, Commands lists them); the old path goes in {goes}\\n')\n"
+                "sys.exit(1)\n"
+            )
+            return compile(source, f"<moved {fullname}>", "exec")
         source = (
             "import sys\n"
             f"sys.argv[0] = {shown!r}  # runpy leaves None for a module without a file\n"
@@ -177,7 +219,7 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return compile(source, f"<moved {fullname}>", "exec")
 
     def is_package(self, fullname) -> bool:
-        return False
+        return _is_proxy(fullname)
 
 
 if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):

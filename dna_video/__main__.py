@@ -15,10 +15,11 @@ dna_video`` are this program.
     dna-video configs                            # the example configs shipped with the package
     dna-video --import MODULE ...                # any command, after importing your module (e.g. an attention kind)
 
-``predict`` is the tool when its first argument is a file (a checkpoint or an ``.onnx`` model;
-the tool imports no torch until it loads a checkpoint), LightningCLI's ``predict`` over a
-DataModule when it is an option (``--config ...``). ``predict``, ``predict -h`` and ``predict
---help`` are the tool's: its help shows the file mode's options and how the config mode is used.
+``predict`` is the tool when it is given a file (a checkpoint or an ``.onnx`` model, before or
+after the tool's options; the tool imports no torch until it loads a checkpoint), LightningCLI's
+``predict`` over a DataModule when an option of that command comes first (``--config ...``).
+``predict``, ``predict -h`` and ``predict --help`` are the tool's: its help shows the file
+mode's options and how the config mode is used.
 """
 
 from __future__ import annotations
@@ -38,11 +39,49 @@ TOOLS = {
 
 
 def _is_tool(args: list[str]) -> bool:
-    """Whether ``args`` run a tool of :data:`TOOLS`: ``predict`` only when its first argument is
-    a file or a request for help (an option otherwise: LightningCLI's ``predict --config ...``)."""
+    """Whether ``args`` run a tool of :data:`TOOLS`: ``predict`` only in its file mode
+    (:func:`_predict_file_mode`; LightningCLI's ``predict --config ...`` otherwise)."""
     if not args or args[0] not in TOOLS:
         return False
-    return args[0] != "predict" or len(args) < 2 or args[1] in ("-h", "--help") or not args[1].startswith("-")
+    return args[0] != "predict" or _predict_file_mode(args[1:])
+
+
+def _predict_file_mode(args: list[str]) -> bool:
+    """Whether ``predict ARGS`` is the tool's file mode: a positional (the checkpoint or model)
+    or a request for help comes before any option the tool does not know, the tool's options
+    skipped with their values wherever they sit (``predict --top-k 3 CKPT VIDEO``); an option
+    of LightningCLI's predict first (``--config``, ``--ckpt_path``, ``--trainer.*``) is the
+    config mode."""
+    if not args or not args[0].startswith("-") or args[0] in ("-h", "--help"):
+        return True
+    from dna_video.tools.predict import parser  # imports no torch
+
+    actions = parser()._option_string_actions
+    position = 0
+    while position < len(args):
+        token = args[position]
+        if token == "--" or not token.startswith("-") or token in ("-h", "--help"):
+            return True
+        name, equals, _ = token.partition("=")
+        # argparse's unambiguous abbreviations (--top for --top-k) are the tool's too.
+        matches = [option for option in actions if option == name] or [
+            option for option in actions if option.startswith("--") and option.startswith(name)]
+        if len(matches) != 1:
+            return False
+        nargs = actions[matches[0]].nargs
+        position += 1
+        if equals or nargs == 0:
+            continue
+        if nargs in (None, 1, "?"):
+            taken = 1
+        elif isinstance(nargs, int):
+            taken = nargs
+        else:  # "*", "+": the values up to the next option
+            taken = next((i for i, t in enumerate(args[position:]) if t.startswith("-")), len(args) - position)
+        if nargs == "?" and (position >= len(args) or args[position].startswith("-")):
+            taken = 0
+        position += taken
+    return True  # only the tool's options: the tool says what is missing
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,6 +5,7 @@ maps`, the denoising measures (negative-branch mass and switch-off), a timm ViT,
 benchmark's variant rows."""
 
 import csv
+import sys
 from pathlib import Path
 
 import pytest
@@ -199,8 +200,14 @@ def test_the_benchmark_variant_rows():
 OUTSIDE_KIND = '''
 """Written by a user, outside dna_video: softmax attention with a learned gate per head, and its
 cross-attention for the probes."""
+import pathlib
+
 import torch
 from torch import nn
+
+# One line per time this module runs (tests/test_attention_extension.py counts them).
+with open(pathlib.Path(__file__).with_suffix(".imports"), "a") as imports:
+    imports.write("imported\\n")
 
 from dna_video.models.attention import (
     AttentionKind, CheckpointExtra, SoftmaxAttention, SoftmaxCrossAttention, register_attention,
@@ -248,6 +255,12 @@ def outside_kind(tmp_path, monkeypatch):
     sys.modules.pop(module, None)
 
 
+def _times_imported(outside_kind, folder) -> int:
+    """How many times the outside module has run (its own count, in a file beside it)."""
+    counter = folder / f"{outside_kind[0]}.imports"
+    return len(counter.read_text().splitlines()) if counter.exists() else 0
+
+
 @pytest.mark.slow
 def test_dna_video_fit_with_a_kind_from_an_outside_module(outside_kind, synthetic_root, tmp_path, capsys):
     """`dna-video fit --import MODULE --model.network.attention KIND`: the module is imported
@@ -264,8 +277,10 @@ def test_dna_video_fit_with_a_kind_from_an_outside_module(outside_kind, syntheti
     with pytest.raises(SystemExit):  # without the module the kind is unknown, and said so
         dna_video(["fit", *run])
     assert f"unknown attention '{name}'" in capsys.readouterr().err
+    assert _times_imported(outside_kind, tmp_path) == 0
     dna_video(["fit", "--import", module, *run])
     assert attention_kind(name).module.__module__ == module
+    assert _times_imported(outside_kind, tmp_path) == 1  # (review finding 16) once for the whole command
     (last,) = (logs / "smoke").glob("version_*/checkpoints/last.ckpt")  # the refused fit left no run
     checkpoint = torch.load(last, weights_only=True)
     assert checkpoint["hyper_parameters"]["network"]["attention"] == name
@@ -284,6 +299,20 @@ def test_an_import_that_fails_is_one_line(capsys):
                               "'no_such_module_of_yours' (set DNA_VIDEO_TRACEBACK=1 for the traceback)"
 
 
+def test_a_command_with_import_runs_the_module_once(outside_kind, tmp_path, synthetic_root):
+    """(review finding 16) ``--import MODULE`` given twice, as a name and as its file, and a
+    command that builds the task with the kind: the module runs once (its own count)."""
+    from dna_video.training.cli import main
+
+    module, name = outside_kind
+    path = tmp_path / f"{module}.py"
+    cli = main(["--import", module, f"--import={path}", "--config", "configs/quickstart.yaml",
+                f"--data.init_args.root={synthetic_root}", f"--model.network.attention={name}",
+                "--model.network.depth=1", "--trainer.logger=false"], run=False)
+    assert type(cli.model.net.blocks[0].attn).__module__ == module
+    assert _times_imported(outside_kind, tmp_path) == 1
+
+
 def test_a_py_file_given_to_import_and_the_probe_asks_the_registry(outside_kind, tmp_path):
     """``--import path/to/module.py`` imports the file; its kind's cross-attention serves the
     probe (built from the registry, its extras set by its own class) with no edit of the probe."""
@@ -294,6 +323,7 @@ def test_a_py_file_given_to_import_and_the_probe_asks_the_registry(outside_kind,
     module, name = outside_kind
     assert import_requested(["fit", f"--import={tmp_path / (module + '.py')}", "--x"]) == ["fit", "--x"]
     assert import_requested(["--import", module]) == []  # the same module again: not run twice
+    assert _times_imported(outside_kind, tmp_path) == 1  # (review finding 16) counted by the module itself
     backbone = timesformer("tiny", num_classes=0, img_size=16, num_frames=2, depth=2, embed_dim=16, num_heads=2)
     probe = ProbeClassifier(backbone, 3, num_probes=2, cross_attention=name, alpha_init=0.25)
     cross = attention_kind(name).cross
@@ -304,3 +334,23 @@ def test_a_py_file_given_to_import_and_the_probe_asks_the_registry(outside_kind,
     assert probe(torch.randn(1, 3, 2, 16, 16)).shape == (1, 3)
     with pytest.raises(ValueError, match="unknown cross-attention 'tanh_dna'; choose one of"):
         ProbeClassifier(backbone, 3, cross_attention="tanh_dna")  # registered, but with no cross class
+
+
+@pytest.mark.parametrize("stem", ["yaml", "json"])
+def test_a_py_file_named_like_another_module_does_not_replace_it(stem, tmp_path, monkeypatch, caplog):
+    """(review finding 9) ``--import yaml.py`` (an installed module's name) or ``json.py`` (the
+    standard library's): the file runs under a private name, said in one line; the real module
+    stays what every later ``import`` gets."""
+    import importlib
+
+    from dna_video.common.plugins import import_requested
+
+    real = importlib.import_module(stem)
+    monkeypatch.setitem(sys.modules, stem, real)  # restored whatever happens
+    path = tmp_path / f"{stem}.py"
+    path.write_text("RAN = True\n")
+    assert import_requested(["--import", str(path), "configs"]) == ["configs"]
+    assert sys.modules[stem] is real and importlib.import_module(stem) is real
+    mine = sys.modules.pop(f"dna_video_import_{stem}")
+    assert mine.RAN and Path(mine.__file__) == path
+    assert f"--import {path}: imported as dna_video_import_{stem}" in caplog.text

@@ -2,10 +2,15 @@
 after an import, the official TimeSformer's flattened 1-D resampling, and the export back to
 the reference TimeSformer's .pyth."""
 
+import dataclasses
+import importlib
+import warnings
+
 import pytest
 import torch
 from test_checkpoints import TOL, clip, ours, randomise, save, tiny_vit
 
+import dna_video.checkpoints as checkpoints
 from dna_video.checkpoints import (
     CheckpointError,
     Outcome,
@@ -161,15 +166,64 @@ def test_export_ref_refuses_a_model_without_head(tmp_path):
 
 
 # -- found by mutation testing (CONTRIBUTING.md) --------------------------------------------------
-def test_bad_import_options_name_the_value_and_the_choices():
-    from dna_video.checkpoints.conversion import ImportOptions
-
+@pytest.mark.parametrize("name", ["PretrainedWeights", "ImportOptions"])
+def test_bad_import_options_name_the_value_and_the_choices(name):
+    """The checks are PretrainedWeights' (its fields are the import's choices); 0.2's ImportOptions
+    makes the same ones."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        options = getattr(checkpoints, name)
     with pytest.raises(ValueError, match=r"^unknown dna_init 'copy'; choose one of \['random', 'scaled_copy', 'orthogonal'\]$"):
-        ImportOptions(dna_init="copy")
+        options(dna_init="copy")
     with pytest.raises(ValueError, match=r"^unknown pos_interpolation 'area'; choose one of \['bicubic', 'bilinear', 'nearest', 'flat_nearest'\]$"):
-        ImportOptions(pos_interpolation="area")
+        options(pos_interpolation="area")
     with pytest.raises(ValueError, match=r"^unknown time_interpolation 'cubic'; choose linear or nearest$"):
-        ImportOptions(time_interpolation="cubic")
+        options(time_interpolation="cubic")
+
+
+def test_0_2_import_options_keep_their_order_are_hashable_and_warn_at_the_callers_line():
+    """``ImportOptions('orthogonal', 1e-3)`` is dna_init and its eps, as in 0.2 (not a source);
+    frozen and hashable; the warning names the path asked for and points at this file; the
+    conversion takes it as the PretrainedWeights of the same choices."""
+    from dna_video.checkpoints import PretrainedWeights
+
+    for path in ("dna_video.checkpoints", "dna_video.checkpoints.conversion"):
+        module = importlib.import_module(path)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            options_class = module.ImportOptions
+        (warning,) = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+        assert str(warning.message).startswith(f"{path}.ImportOptions is deprecated since dna-video 0.3")
+        assert warning.filename == __file__
+    options = options_class("orthogonal", 1e-3, True, "nearest", "nearest")
+    assert (options.dna_init, options.dna_init_eps, options.negate_v_neg, options.pos_interpolation,
+            options.time_interpolation) == ("orthogonal", 1e-3, True, "nearest", "nearest")
+    assert hash(options_class()) == hash(options_class()) and options_class() == options_class()
+    assert {options_class(), options_class(), options} == {options_class(), options}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.dna_init = "random"
+    with pytest.raises(TypeError):
+        options_class("orthogonal", 1e-3, True, "nearest", "nearest", 5)  # five choices, no more
+    assert options.weights() == PretrainedWeights(dna_init="orthogonal", dna_init_eps=1e-3, negate_v_neg=True,
+                                                  pos_interpolation="nearest", time_interpolation="nearest")
+    source = read_official(randomise(ours("dna", num_classes=3)).state_dict())
+    target = TargetModel.of(ours("dna", num_frames=4, img_size=48, num_classes=3))
+    old_state, old_report = convert_checkpoint(source, target, options_class(negate_v_neg=True,
+                                                                             pos_interpolation="nearest"))
+    new_state, new_report = convert_checkpoint(source, target, PretrainedWeights(negate_v_neg=True,
+                                                                               pos_interpolation="nearest"))
+    assert old_state.keys() == new_state.keys() and all(torch.equal(old_state[k], new_state[k]) for k in old_state)
+    assert old_report.table() == new_report.table()
+
+
+def test_an_unknown_import_choice_names_the_function_and_the_choices():
+    model = ours("softmax")
+    state = randomise(ours("softmax")).state_dict()
+    with pytest.raises(TypeError, match=r"^load_pretrained\(\) got an unexpected keyword argument 'dna_int'; its "
+                                        r"import choices are the fields of PretrainedWeights: strict, dna_init, "):
+        load_pretrained(model, state, dna_int="random")
+    with pytest.raises(TypeError, match=r"^load_image_checkpoint\(\) got an unexpected keyword argument 'stict'"):
+        checkpoints.load_image_checkpoint(tiny_vit(), randomise(tiny_vit()).state_dict(), stict=True)
 
 
 def test_headless_checkpoint_with_missing_and_foreign_tensors_reports_each_reason():

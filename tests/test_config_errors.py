@@ -50,8 +50,19 @@ def test_an_error_raised_while_building_the_model_is_its_reason_alone(capsys):
     with pytest.raises(SystemExit):
         console_main(["fit", "--config", QUICKSTART, "--model.network.attention=dnna", "--trainer.logger=false"])
     err = capsys.readouterr().err
-    assert "error: ValueError: unknown attention 'dnna'; choose one of [" in err
+    assert "error: ValueError: model.network.attention: unknown attention 'dnna'; choose one of [" in err
     assert "Union" not in err and "Namespace(" not in err
+
+
+@pytest.mark.parametrize("key", ["attention", "temporal_attention", "spatial_attention"])
+def test_an_unknown_attention_kind_names_its_key_and_the_import_option(key, capsys):
+    """(review finding 10) The key as the config states it, the kinds, and how a kind of the
+    user's own module becomes known (``--import MODULE``); one line."""
+    with pytest.raises(SystemExit):
+        console_main(["fit", "--config", QUICKSTART, f"--model.network.{key}=mine", "--trainer.logger=false"])
+    line = capsys.readouterr().err.splitlines()[0]
+    assert line.startswith(f"error: ValueError: model.network.{key}: unknown attention 'mine'; choose one of ['")
+    assert "'dna'" in line and "--import MODULE" in line and 'docs/variants.md, "Your own attention kind"' in line
 
 
 def test_explain_keeps_messages_it_does_not_know():
@@ -102,6 +113,32 @@ def test_a_model_option_the_data_fixes_stated_otherwise_is_refused_naming_both(c
                       "Set the data's option and drop the model's (docs/configs.md, \"What the data fixes\")")
 
 
+def test_a_class_count_stated_otherwise_than_the_built_datas_is_refused(capsys, tmp_path, monkeypatch):
+    """(review finding 5) ``model.num_classes`` is the built DataModule's (its class list): stated
+    with another value it was replaced without a word; the command stops before it writes
+    anything, in one line naming the key, where it was set and the data's count. The data's own
+    count is accepted."""
+    from dna_video.data.synthetic import SyntheticSmarthome
+    from dna_video.training.cli import DnACLI
+
+    monkeypatch.setattr(DnACLI, "_run_subcommand", lambda self, subcommand: pytest.fail("ran despite the clash"))
+    classes = SyntheticSmarthome(root=str(tmp_path)).num_classes
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(f"model:\n  num_classes: {classes + 2}\n")
+    common = ["fit", "--config", QUICKSTART, f"--data.init_args.root={tmp_path}", "--trainer.logger=false"]
+    for given, where in ((["--config", str(mine)], f"in {mine}"), ([f"--model.num_classes={classes + 2}"],
+                                                                 "on the command line")):
+        with pytest.raises(SystemExit) as stop:
+            console_main([*common, *given])
+        assert stop.value.code == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[0] == (f"error: ValueError: model.num_classes is {classes + 2} {where}, but the data fixes it: "
+                          f"SyntheticSmarthome.num_classes is {classes}. Drop the model's option (docs/configs.md, "
+                          "\"What the data fixes\")")
+    monkeypatch.setattr(DnACLI, "_run_subcommand", lambda self, subcommand: None)
+    assert main([*common, f"--model.num_classes={classes}"]).model.net.num_classes == classes
+
+
 def test_the_same_value_as_the_datas_is_accepted(monkeypatch, tmp_path):
     """A 0.2 run's config.yaml states the linked options with the data's values: it still runs."""
     from dna_video.training.cli import DnACLI
@@ -133,3 +170,11 @@ def test_a_config_that_is_not_yaml_is_one_line_with_its_line_and_column(text, wh
     with pytest.raises(SystemExit) as stop:
         console_main(["fit", "--config", "broken"])
     assert stop.value.code == expected
+    # (review finding 15) A nested config: a file given to a key, .yaml or .yml.
+    nested = tmp_path / "nested.yml"
+    nested.write_text(text)
+    for args in (["--data", str(bad)], [f"--model={bad}"], ["--trainer", str(nested)],
+                 ["--model.network", str(nested)]):
+        with pytest.raises(SystemExit) as stop:
+            console_main(["fit", "--config", QUICKSTART, *args])
+        assert stop.value.code == f"error: {args[-1].partition('=')[2] or args[-1]}:{where}: not valid YAML: {problem}"

@@ -271,3 +271,21 @@ def test_runtime_metadata_states_the_settings():
     metadata = runtime_metadata(net, {**SETTINGS, "target_fps": None}, source="x.ckpt")
     assert metadata["class_names"] == [f"class_{i}" for i in range(5)] and metadata["target_fps"] is None
     assert json.loads(json.dumps(metadata)) == {**metadata, "mean": [0.45] * 3, "std": [0.225] * 3}
+
+
+def test_export_help_imports_no_torch():
+    """(review finding 14) ``dna-video export --help`` and each format's ``--help`` answer
+    without importing torch or Lightning (it took ~6 s when the exporters were imported to
+    build the parser): the exporters load when a format runs. In a fresh process."""
+    import subprocess
+    import sys
+
+    code = ("import contextlib, io, sys\nfrom dna_video.__main__ import main\n"
+            "for args in (['export', '--help'], ['export', 'onnx', '--help'], ['export', 'huggingface', '--help']):\n"
+            "    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.suppress(SystemExit):\n"
+            "        main(args)\n"
+            "    assert out.getvalue().startswith('usage: dna-video export'), out.getvalue()\n"
+            "print(sorted(name for name in ('torch', 'lightning', 'onnxruntime') if name in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"

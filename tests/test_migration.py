@@ -112,6 +112,23 @@ def test_a_0_1_image_checkpoint_tests_through_the_old_command(runs, tmp_path):
                                state["net.blocks.1.attn.neg_scalers"], rtol=0, atol=0)
 
 
+# Old packages with moved submodules of their own: their old path is a proxy package.
+PROXY_PACKAGES = {"dna_video.callbacks", "dna_video.runtime"}
+
+
+def _assert_leads_to(module, new: str) -> None:
+    """The old path's module is the new module; for a proxy package, a package under the old
+    name whose every public name is the new package's object."""
+    target = importlib.import_module(new)
+    if module.__name__ not in PROXY_PACKAGES:
+        assert module is target, module.__name__
+        return
+    assert module is not target and module.__path__ == []
+    names = getattr(target, "__all__", [n for n, v in vars(target).items()
+                                        if not n.startswith("_") and not isinstance(v, type(sys))])
+    assert [n for n in names if getattr(module, n) is not getattr(target, n)] == [], module.__name__
+
+
 def test_every_0_1_module_path_imports_its_new_module_with_a_warning():
     import dna_video
 
@@ -120,7 +137,7 @@ def test_every_0_1_module_path_imports_its_new_module_with_a_warning():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             module = importlib.import_module(old)
-        assert module is importlib.import_module(new), old
+        _assert_leads_to(module, new)
         messages = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
         if warns:
             assert any(f"{old} moved to {new}" in m for m in messages), (old, messages)
@@ -250,6 +267,23 @@ def test_old_python_m_commands_run_the_new_ones(old, capsys, monkeypatch):
     assert "usage:" in out
 
 
+def test_python_m_of_a_moved_package_that_is_no_command_says_where_it_went(capsys, monkeypatch):
+    """(review finding 8) ``python -m dna_video.runtime`` (0.2's package, never a command): one
+    line naming the move, status 1, no traceback."""
+    import runpy
+
+    for name in [name for name in sys.modules if name == "dna_video.runtime" or name.startswith("dna_video.runtime.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "argv", ["dna_video.runtime"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_module("dna_video.runtime", run_name="__main__", alter_sys=True)
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err == ("error: python -m dna_video.runtime: dna_video.runtime moved to "
+                                       "dna_video.prediction in dna-video 0.3 and is no command (README, Commands "
+                                       "lists them); the old path goes in 0.4\n")
+
+
 def test_0_1_public_names_stay_and_the_package_imports_no_torch():
     import dna_video
 
@@ -263,7 +297,18 @@ def test_0_1_public_names_stay_and_the_package_imports_no_torch():
     assert TimeSformer is dna_video.TimeSformer
     code = "import sys, dna_video; print(dna_video.__version__, 'torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert result.stdout.split() == ["0.2.0", "False"], result.stderr
+    assert result.stdout.split() == ["0.3.0", "False"], result.stderr
+
+
+def test_the_version_is_0_3_0_in_the_package_and_its_metadata():
+    """One number: the package's ``__version__`` is pyproject's (the release whose moves the
+    warnings above announce)."""
+    import tomllib
+
+    import dna_video
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert dna_video.__version__ == project["version"] == "0.3.0"
 
 
 @pytest.mark.slow
@@ -313,7 +358,7 @@ def test_0_2_module_paths_moved_in_0_3_import_their_new_module_and_say_when_they
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             module = importlib.import_module(old)
-        assert module is importlib.import_module(new), old
+        _assert_leads_to(module, new)
         messages = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
         assert f"{old} moved to {new} in dna-video 0.3; the old path goes in 0.4" in messages, messages
         for name in NAMES_0_2[old]:
@@ -323,6 +368,40 @@ def test_0_2_module_paths_moved_in_0_3_import_their_new_module_and_say_when_they
     with pytest.warns(DeprecationWarning, match=r"dna_video.callbacks.summary moved to dna_video.runs.summary in "
                                                 r"dna-video 0.2; the old path goes in 0.4"):
         importlib.import_module("dna_video.callbacks.summary")
+
+
+def test_submodules_of_a_moved_package_import_by_their_old_names(monkeypatch):
+    """(review finding 3) ``from dna_video.runtime import model`` (0.2) and ``from
+    dna_video.callbacks import summary`` (0.1): the submodule's new module, its warning at this
+    line; the new package gains no attribute of the old name."""
+    import dna_video
+    import dna_video.prediction as prediction
+    import dna_video.training.callbacks as callbacks
+
+    assert {name for name in dna_video.MOVED if dna_video._is_proxy(name)} == PROXY_PACKAGES
+    for name in [name for name in sys.modules if any(name == p or name.startswith(f"{p}.") for p in PROXY_PACKAGES)]:
+        monkeypatch.delitem(sys.modules, name)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from dna_video.runtime import inference, model, preprocess
+        from dna_video.callbacks import guard, summary
+    moved = {str(w.message).split(" moved to ")[0]: w.filename for w in caught}
+    assert moved == dict.fromkeys(["dna_video.runtime", "dna_video.runtime.inference", "dna_video.runtime.model",
+                                   "dna_video.runtime.preprocess", "dna_video.callbacks", "dna_video.callbacks.guard",
+                                   "dna_video.callbacks.summary"], __file__)
+    assert model is inference is importlib.import_module("dna_video.prediction.onnx_backend")
+    assert preprocess is importlib.import_module("dna_video.prediction.views")
+    assert summary is importlib.import_module("dna_video.runs.summary")
+    assert guard is importlib.import_module("dna_video.training.callbacks.guard")
+    assert not hasattr(prediction, "model") and not hasattr(callbacks, "summary")
+
+
+def test_the_changelog_table_lists_every_path_moved_in_0_3():
+    """(review finding 4) CHANGELOG's "Moved in 0.3" table names each 0.2 path of MOVED_IN_0_3."""
+    import dna_video
+
+    table = (REPO / "CHANGELOG.md").read_text().split("Moved in 0.3", 1)[1].split("\n\n", 2)[1]
+    assert [old for old in dna_video.MOVED_IN_0_3 if f"`{old}`" not in table] == []
 
 
 def test_0_2_names_of_moved_functions_resolve_with_a_warning():
@@ -532,3 +611,131 @@ def test_a_format_2_checkpoint_with_pair_seed_loads_with_it_in_init(tmp_path):
     assert upgraded["hyper_parameters"]["init"]["pair_seed"] == 5
     with pytest.raises(ValueError, match=r"model.pair_seed \(3, its name before 0.3\) and model.init.pair_seed \(4\) disagree"):
         upgrade_model_options({"pair_seed": 3, "init": {"pair_seed": 4}})
+
+
+# -- 0.2's call forms (review finding 2) -------------------------------------------------------------
+# Every public function and class of the 0.2 prediction paths as 0.2 defined it (read from the
+# 0.2 sources, git 1c1de09^): its parameters in order and how many are required.
+CALLS_0_2 = {
+    "dna_video.analysis.window_network:WindowNetwork": ('model device attention', 1),
+    "dna_video.analysis.windows:Stride": ('value unit', 1),
+    "dna_video.analysis.windows:parse_stride": ('text', 1),
+    "dna_video.analysis.windows:Windows": ('num_frames fps step span stride starts indices', 7),
+    "dna_video.analysis.windows:plan_windows": ('num_frames fps sampler stride', 3),
+    "dna_video.analysis.windows:TimelineStats": ('decoded_frames unique_frames peak_held_frames windows seconds video_seconds', 0),
+    "dna_video.analysis.windows:window_clips": ('stream windows prepare chunk stats stack', 2),
+    "dna_video.analysis.windows:Timeline": ('path windows probs class_names stats', 4),
+    "dna_video.analysis.windows:sliding_timeline": ('path decoder sampler class_names prepare probs_of stride windows_per_pass decode_chunk stack min_side', 6),
+    "dna_video.analysis.windows:smooth": ('probs k', 2),
+    "dna_video.analysis.windows:Segment": ('start_s end_s label name prob windows', 6),
+    "dna_video.analysis.windows:segments_of": ('probs windows class_names min_length_s', 3),
+    "dna_video.analysis.windows:windows_csv": ('windows probs class_names top_k', 3),
+    "dna_video.analysis.windows:srt_timestamp": ('seconds', 1),
+    "dna_video.analysis.windows:srt_text": ('segments', 1),
+    "dna_video.analysis.windows:write_timeline": ('timeline out stem smooth_windows min_segment_s top_k extra', 2),
+    "dna_video.analysis.windows:describe": ('timeline', 1),
+    "dna_video.analysis.timeline:video_timeline": ('model path stride device views_per_pass decode_chunk network', 2),
+    "dna_video.analysis.stream:is_local_file": ('source', 1),
+    "dna_video.analysis.stream:display_name": ('source', 1),
+    "dna_video.analysis.stream:stream_stem": ('source', 1),
+    "dna_video.analysis.stream:open_source": ('source input_format options timeout_s', 1),
+    "dna_video.analysis.stream:source_rate": ('stream', 1),
+    "dna_video.analysis.stream:LivePlan": ('sampler fps stride', 2),
+    "dna_video.analysis.stream:FrameReader": ('container name keep speed on_frame', 3),
+    "dna_video.analysis.stream:LiveWindow": ('window start_s end_s probs latency_s', 5),
+    "dna_video.analysis.stream:LiveStats": ('frames_read windows skipped_windows dropped_frames frames_after_last_window latencies_s seconds error stopped', 0),
+    "dna_video.analysis.stream:run_stream": ('reader plan prepare probs_of drop stack on_window min_side', 4),
+    "dna_video.analysis.stream:latency_summary": ('latencies_s', 1),
+    "dna_video.analysis.stream:LiveCsv": ('path class_names top_k', 2),
+    "dna_video.runtime.inference:VideoViews": ('views num_frames frames_needed', 3),
+    "dna_video.runtime.inference:load_views": ('path settings min_side', 2),
+    "dna_video.runtime.inference:Predictions": ('paths probs failed refused frames', 2),
+    "dna_video.runtime.inference:predict_videos": ('model videos num_workers chunk', 2),
+    "dna_video.runtime.inference:OnnxWindows": ('model', 1),
+    "dna_video.runtime.inference:video_timeline": ('model path stride views_per_pass decode_chunk', 2),
+    "dna_video.runtime.model:softmax": ('logits axis', 1),
+    "dna_video.runtime.model:mean_view_probs": ('logits on', 1),
+    "dna_video.runtime.model:providers_for": ('device available', 2),
+    "dna_video.runtime.model:session_options": ('threads', 0),
+    "dna_video.runtime.model:OnnxModel": ('session class_names settings aggregate patch_size source metadata', 3),
+    "dna_video.runtime.model:load_onnx_model": ('path device threads', 1),
+    "dna_video.analysis.inference:LoadedModel": ('net class_names settings aggregate source settings_from', 3),
+    "dna_video.analysis.inference:load_model": ('path num_heads warn_defaults', 1),
+    "dna_video.analysis.inference:VideoViews": ('views num_frames frames_needed', 3),
+    "dna_video.analysis.inference:load_views": ('path settings min_side', 2),
+    "dna_video.analysis.inference:read_views": ('path settings min_side', 2),
+    "dna_video.analysis.inference:view_logits": ('net views chunk features', 2),
+    "dna_video.analysis.inference:device_of": ('name', 1),
+    "dna_video.tools.predict:Predictions": ('paths probs features failed refused frames', 6),
+    "dna_video.tools.predict:predict_videos": ('model videos num_workers device chunk features', 2),
+    "dna_video.tools.predict:write_features": ('path paths features', 3),
+    "dna_video.tools.predict:main": ('argv', 0),
+    "dna_video.tools.predict_cli:collect_videos": ('paths root', 1),
+    "dna_video.tools.predict_cli:add_settings_arguments": ('parser', 1),
+    "dna_video.tools.predict_cli:settings_overrides": ('args', 1),
+    "dna_video.tools.predict_cli:input_options": ('pairs', 1),
+    "dna_video.tools.predict_cli:check_arguments": ('args', 1),
+    "dna_video.tools.predict_cli:write_predictions": ('args paths probs labels frames class_names header failed', 8),
+    "dna_video.tools.predict_cli:failure_summary": ('total failed refused min_side short', 5),
+    "dna_video.tools.predict_cli:write_timelines": ('args videos timeline_of out source settings window_maps', 5),
+    "dna_video.tools.predict_cli:run_live": ('args out settings class_names prepare probs_of stack min_side model_source window_maps', 9),
+    "dna_video.analysis.annotate:FrameLabel": ('name prob maps', 1),
+    "dna_video.analysis.annotate:bar_rows": ('height', 1),
+    "dna_video.analysis.annotate:band_height": ('height', 1),
+    "dna_video.analysis.annotate:draw_label": ('frame label', 2),
+    "dna_video.analysis.annotate:crop_region": ('height width crop_size num_crops', 3),
+    "dna_video.analysis.annotate:blend_attention": ('frame maps region strength', 3),
+    "dna_video.analysis.annotate:annotate_frame": ('frame label region', 2),
+    "dna_video.analysis.annotate:encode_video": ('path frames rate crf', 3),
+    "dna_video.analysis.annotate:annotate_timeline": ('timeline probs segments out crop_size num_crops window_maps', 5),
+    "dna_video.analysis.annotate:LiveAnnotator": ('path rate crop_size num_crops', 3),
+    "dna_video.analysis.predictions:top_classes": ('probs k', 2),
+    "dna_video.analysis.predictions:prediction_records": ('paths probs labels names top_k frames', 5),
+    "dna_video.analysis.predictions:csv_rows": ('paths probs labels preds class_names top_k', 2),
+    "dna_video.analysis.predictions:write_csv": ('path rows', 2),
+    "dna_video.analysis.predictions:prediction_table": ('records', 1),
+    "dna_video.runtime.preprocess:resized_size": ('height width size', 3),
+    "dna_video.runtime.preprocess:resize_short_side": ('frames size', 2),
+    "dna_video.runtime.preprocess:crop_boxes": ('height width size num_crops', 4),
+    "dna_video.runtime.preprocess:frame_views": ('frames crop_size num_crops mean std', 5),
+    "dna_video.runtime.preprocess:clip_views": ('frames crop_size num_crops mean std', 5),
+}
+
+
+def _call_forms(params: list[str], required: int):
+    """Every way 0.2 code could call a function: the first k parameters by position (k from the
+    required ones to all), the rest of the given ones by name; and all of them by name."""
+    for given in range(required, len(params) + 1):
+        for by_position in range(given + 1):
+            yield params[:by_position], params[by_position:given]
+
+
+def test_0_2_call_forms_bind_as_in_0_2_or_fail_loudly_and_are_listed():
+    """Each 0.2 call form, bound (inspect.signature(...).bind) to the name its 0.2 path reaches
+    now: every argument lands in the parameter of the same name (it works as in 0.2), or the
+    call is a TypeError (never an argument silently taken for another), and then the name is in
+    CHANGELOG's list of changed signatures."""
+    import inspect
+
+    changelog = (REPO / "CHANGELOG.md").read_text().split("## 0.2.0")[0]
+    changed = changelog.split("Signatures changed in 0.3", 1)[1].split("\n\n", 1)[0] if (
+        "Signatures changed in 0.3" in changelog) else ""
+    silent, loud = [], set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for where, (text, required) in CALLS_0_2.items():
+            path, name = where.split(":")
+            signature = inspect.signature(getattr(importlib.import_module(path), name))
+            params = text.split()
+            for positional, keywords in _call_forms(params, required):
+                try:
+                    bound = signature.bind(*positional, **{k: k for k in keywords})
+                except TypeError:
+                    loud.add(name)
+                    continue
+                landed = {k: v for k, v in bound.arguments.items() if not isinstance(v, (tuple, dict))}
+                if any(k != v for k, v in landed.items()) or len(landed) != len(positional) + len(keywords):
+                    silent.append((where, positional, keywords, dict(bound.arguments)))
+    unlisted = sorted(name for name in loud if f"`{name}(" not in changed)
+    assert silent == [], (sorted({s[0] for s in silent}), silent[:3])
+    assert unlisted == [], " ".join(unlisted)

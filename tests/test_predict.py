@@ -244,3 +244,39 @@ def test_predict_help_shows_the_file_modes_options_and_the_config_mode(asked, ca
     dna_video(["predict", "--config", "c.yaml", "--help"])
     dna_video(["predict", "--config", "c.yaml", "--ckpt_path", "k.ckpt"])
     assert given == [["predict", "--config", "c.yaml", "--help"], ["predict", "--config", "c.yaml", "--ckpt_path", "k.ckpt"]]
+
+
+@pytest.mark.parametrize("args, tool", [
+    (["--top-k", "3", "model.ckpt", "clip.mp4"], True),
+    (["--top-k=3", "--stream", "model.onnx", "rtsp://camera"], True),
+    (["--crops", "1", "--timeline", "--stride", "8f", "model.ckpt", "long.mp4"], True),
+    (["--top", "3", "model.ckpt", "clip.mp4"], True),  # argparse's abbreviation
+    (["--input-option", "rtsp_transport=tcp", "--stream", "model.ckpt", "rtsp://camera"], True),
+    (["--top-k", "3", "--", "model.ckpt", "clip.mp4"], True),
+    (["--top-k", "3", "--help"], True),
+    (["--top-k", "3"], True),  # the tool says the checkpoint is missing
+    (["model.ckpt", "--top-k", "3", "clip.mp4"], True),
+    (["--config", "c.yaml", "--ckpt_path", "k.ckpt"], False),
+    (["--ckpt_path", "k.ckpt", "--config", "c.yaml"], False),
+    (["--trainer.accelerator=cpu", "--config", "c.yaml"], False),
+    (["-c", "c.yaml"], False),
+])
+def test_predict_file_mode_is_recognised_wherever_its_options_sit(args, tool, monkeypatch):
+    """(review finding 13) ``dna-video predict --top-k 3 CKPT VIDEO`` is the file mode: the
+    tool's options may come before the checkpoint; an option of LightningCLI's predict first is
+    the config mode."""
+    import sys
+    from types import SimpleNamespace
+
+    from dna_video import __main__
+
+    ran = []
+    monkeypatch.setitem(sys.modules, "dna_video.training.cli", SimpleNamespace(console_main=lambda a: ran.append("config")))
+    monkeypatch.setattr(__main__, "TOOLS", {**__main__.TOOLS, "predict": "fake_predict_tool"})
+    monkeypatch.setitem(sys.modules, "fake_predict_tool", SimpleNamespace(main=lambda a: ran.append("tool") or 0))
+    if tool:
+        with pytest.raises(SystemExit):
+            __main__.main(["predict", *args])
+    else:
+        __main__.main(["predict", *args])
+    assert ran == ["tool" if tool else "config"]

@@ -66,10 +66,10 @@ _MOVED_TO_EXPORT = {"export_huggingface": "dna_video.export.huggingface", "expor
 
 
 def __getattr__(name: str):
-    if name == "ImportOptions":  # PretrainedWeights since 0.3 (dna_video.checkpoints.conversion warns)
-        from dna_video.checkpoints import conversion
+    if name == "ImportOptions":  # 0.2's class, kept until 0.4 (its warning points at the caller)
+        from dna_video.checkpoints.conversion import deprecated_import_options
 
-        return conversion.ImportOptions
+        return deprecated_import_options(f"{__name__}.ImportOptions")
     if name not in _MOVED_TO_EXPORT:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     warnings.warn(f"{__name__}.{name} moved to {_MOVED_TO_EXPORT[name]} in dna-video 0.3; the old path goes in 0.4",

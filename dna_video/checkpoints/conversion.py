@@ -26,8 +26,8 @@ import math
 import re
 import warnings
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import NamedTuple
+from dataclasses import dataclass, field, fields, make_dataclass
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -120,13 +120,53 @@ class PretrainedWeights:
         if self.time_interpolation not in TIME_INTERPOLATIONS:
             raise ValueError(f"unknown time_interpolation {self.time_interpolation!r}; choose linear or nearest")
 
+    @classmethod
+    def of_choices(cls, caller: str, choices: dict[str, Any]) -> PretrainedWeights:
+        """The import choices a function took as keywords (``load_pretrained(..., dna_init=...)``),
+        a name that is not a choice refused in the caller's words, with the choices listed."""
+        known = [f.name for f in fields(cls) if f.name != "source"]
+        unknown = sorted(set(choices) - set(known))
+        if unknown:
+            raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}; its import choices are "
+                            f"the fields of PretrainedWeights: {', '.join(known)}")
+        return cls(**choices)
+
+
+# 0.2's ImportOptions: the five choices of an import, in 0.2's order, frozen (hashable), with
+# PretrainedWeights' defaults and checks. PretrainedWeights starts with ``source, strict``, so
+# the old name is not an alias of it: ``ImportOptions('orthogonal')`` means dna_init as in 0.2.
+# :func:`convert_checkpoint` takes either. Goes in 0.4 (reached through :func:`__getattr__`).
+_IMPORT_OPTIONS_0_2 = ("dna_init", "dna_init_eps", "negate_v_neg", "pos_interpolation", "time_interpolation")
+
+
+def _weights(self) -> PretrainedWeights:
+    """These choices as :class:`PretrainedWeights` (no source)."""
+    return PretrainedWeights(**{name: getattr(self, name) for name in _IMPORT_OPTIONS_0_2})
+
+
+_ImportOptions = make_dataclass(
+    "ImportOptions",
+    [(f.name, f.type, field(default=f.default)) for name in _IMPORT_OPTIONS_0_2
+     for f in fields(PretrainedWeights) if f.name == name],
+    frozen=True,
+    namespace={"__doc__": "0.2's choices of an import (dna_video.checkpoints.PretrainedWeights since 0.3).",
+               "__module__": __name__, "__post_init__": lambda self: self.weights(), "weights": _weights},
+)
+
+
+def deprecated_import_options(path: str) -> type:
+    """0.2's ``ImportOptions`` class, with a DeprecationWarning naming ``path`` (the name the caller
+    asked for) and pointing at the caller's line."""
+    warnings.warn(f"{path} is deprecated since dna-video 0.3: an import's choices are fields of "
+                  "dna_video.checkpoints.PretrainedWeights, which starts with source and strict (pass its "
+                  "choices by name); ImportOptions keeps 0.2's five choices in 0.2's order until 0.4",
+                  DeprecationWarning, stacklevel=3)
+    return _ImportOptions
+
 
 def __getattr__(name: str) -> type:
-    # 0.2's name of the import choices, now fields of PretrainedWeights; goes in 0.4.
     if name == "ImportOptions":
-        warnings.warn("dna_video.checkpoints.conversion.ImportOptions is PretrainedWeights since dna-video 0.3 "
-                      "(its fields and errors unchanged); the old name goes in 0.4", DeprecationWarning, stacklevel=2)
-        return PretrainedWeights
+        return deprecated_import_options(f"{__name__}.ImportOptions")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -188,6 +228,8 @@ def convert_checkpoint(
         CheckpointError: an architecture, depth, head count or tensor shape that does not fit
             (naming the file, the key and both shapes).
     """
+    if isinstance(options, _ImportOptions):  # 0.2's choices (goes in 0.4)
+        options = options.weights()
     options = options or PretrainedWeights()
     raw = checkpoint.raw
     state = dict(checkpoint.state)

@@ -125,7 +125,7 @@ def load_pretrained(
     """
     if "source" in choices:
         raise TypeError("load_pretrained: give the checkpoint as its second argument, not source=")
-    options = PretrainedWeights(**choices)
+    options = PretrainedWeights.of_choices("load_pretrained", choices)
     # timesformer_from_checkpoint passes the checkpoint already renamed.
     checkpoint = source if isinstance(source, OfficialCheckpoint) else read_official(source, weights_only)
     state, report = convert_checkpoint(checkpoint, TargetModel.of(model), options)
@@ -230,7 +230,7 @@ def load_image_checkpoint(
         description=f"VisionTransformer({'/'.join(kinds)}, embed_dim={model.embed_dim}, depth={len(blocks)}, "
                     f"heads={attn.num_heads}, grid={tuple(model.patch_embed.grid_size)}, classes={model.num_classes})",
     )
-    options = PretrainedWeights(**choices)
+    options = PretrainedWeights.of_choices("load_image_checkpoint", choices)
     state, report = convert_checkpoint(checkpoint, target, options)
     if options.strict and report.problems():
         raise CheckpointError(f"strict import of {report.source} failed:\n  " + "\n  ".join(report.problems()))

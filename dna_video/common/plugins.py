@@ -5,14 +5,16 @@ that what they register (an attention kind, through
 "Your own attention kind").
 
 MODULE is a module name, found on the Python path or in the current directory, or the path of a
-``.py`` file. The option may be given several times and anywhere on the command line; it is
-taken out before the command sees its arguments.
+``.py`` file (imported under its stem, or under ``dna_video_import_<stem>`` where another module
+has that name, ``yaml.py``: the file never replaces it). The option may be given several times
+and anywhere on the command line; it is taken out before the command sees its arguments.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 import os
 import sys
 from pathlib import Path
@@ -33,18 +35,43 @@ def import_module(name: str) -> ModuleType:
         for module in list(sys.modules.values()):
             if getattr(module, "__file__", None) and Path(module.__file__).resolve() == path:
                 return module
-        spec = importlib.util.spec_from_file_location(path.stem, path)
+        name = _file_module_name(path)
+        spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules[path.stem] = module
+        sys.modules[name] = module
         try:
             spec.loader.exec_module(module)
         except BaseException:
-            del sys.modules[path.stem]
+            del sys.modules[name]
             raise
         return module
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.append(os.getcwd())  # after the installed packages: a local file never shadows one
     return importlib.import_module(name)
+
+
+def _file_module_name(path: Path) -> str:
+    """The name a ``.py`` file is imported under: its stem, unless another module has that name
+    (``yaml.py``, ``json.py``: imported, in the standard library or installed), which the file
+    must not replace for everything imported after it; then a private name, said in one line."""
+    stem = path.stem
+    loaded = sys.modules.get(stem)
+    if loaded is not None:
+        clash = Path(getattr(loaded, "__file__", None) or "").resolve() != path
+    elif stem in sys.stdlib_module_names:
+        clash = True
+    else:
+        try:
+            spec = importlib.util.find_spec(stem)
+        except (ImportError, ValueError):
+            spec = None
+        clash = spec is not None and (not spec.origin or Path(spec.origin).resolve() != path)
+    if not clash:
+        return stem
+    private = f"dna_video_import_{stem}"
+    logging.getLogger(__name__).warning("%s %s: imported as %s (the module %s is another one, which it must not "
+                                        "replace)", IMPORT_OPTION, path, private, stem)
+    return private
 
 
 def import_requested(args: list[str]) -> list[str]:

@@ -1,6 +1,6 @@
 """How an evaluation clip is made from a file: the DataModule's test settings, as one value
 (:class:`EvalSettings`) that a checkpoint carries and an exported model's metadata states.
-No torch: the ONNX runtime (:mod:`dna_video.runtime`) reads the same settings."""
+No torch: the ONNX Runtime backend (:mod:`dna_video.prediction.onnx_backend`) reads the same settings."""
 
 from __future__ import annotations
 

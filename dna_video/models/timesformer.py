@@ -32,7 +32,7 @@ from torch.utils.checkpoint import checkpoint
 
 from dna_video.common.defaults import NUM_FRAMES
 from dna_video.models.mlp import Mlp
-from dna_video.models.attention import DEFAULT_ATTENTION, Attention, build_attention, kwargs_by_kind
+from dna_video.models.attention import DEFAULT_ATTENTION, Attention, attention_kinds, build_attention, kwargs_by_kind
 from dna_video.models.init import init_module
 from dna_video.models.pairing import build_paired
 
@@ -471,6 +471,13 @@ class TimeSformerSpec:
         """The network; with ``pair_seed``, initialised paired with its :meth:`softmax_twin`
         (:func:`~dna_video.models.pairing.build_paired`: the tensors both have are the twin's,
         the kind's extras come from their own stream, nothing depends on the global RNG)."""
+        for name in ("attention", "temporal_attention", "spatial_attention"):
+            kind = getattr(self, name)
+            if kind is not None and kind not in attention_kinds():
+                # The key as a config states it (the network is the task's model.network).
+                raise ValueError(f"model.network.{name}: unknown attention {kind!r}; choose one of "
+                                 f"{sorted(attention_kinds())}, or a kind your own module registers, imported "
+                                 "with --import MODULE (docs/variants.md, \"Your own attention kind\")")
         data = dict(num_classes=num_classes, num_frames=num_frames, img_size=img_size)
         if pair_seed is None:
             net = TimeSformer(**self.kwargs(**data))

@@ -15,7 +15,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,8 @@ class Predictions:
 
     paths: list[str]
     probs: np.ndarray
+    # By name: 0.2's two classes of this name disagreed on the third field (features / failed).
+    _: KW_ONLY
     features: np.ndarray | None = None
     failed: list[tuple[str, str]] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
@@ -79,7 +81,7 @@ def _skipped(path: str, reason: str, refused: bool) -> None:
     log.warning("%s %s: %s", "refused" if refused else "cannot read", path, reason)
 
 
-def predict_videos(model: Backend, videos: Sequence[str], num_workers: int = 0, chunk: int = 32,
+def predict_videos(model: Backend, videos: Sequence[str], num_workers: int = 0, *, chunk: int = 32,
                    features: bool = False,
                    on_skip: Callable[[str, str, bool], None] = _skipped) -> Predictions:
     """Probabilities of the readable ``videos`` (and their pre-head features when asked), and

@@ -377,7 +377,7 @@ def _prepare_all(arrivals: list[_Arrival], prepare: Callable[[np.ndarray], np.nd
 
 
 def run_stream(reader: FrameReader, plan: LivePlan, prepare: Callable[[np.ndarray], np.ndarray],
-               probs_of: Callable[[list], np.ndarray], drop: bool = True,
+               probs_of: Callable[[list], np.ndarray], drop: bool = True, *,
                on_window: Callable[[LiveWindow], None] | None = None, min_side: int = 0) -> LiveStats:
     """Read ``reader`` to its end and answer every window of ``plan`` as soon as its last frame
     is in (see the module's docstring): ``prepare`` (n, H, W, 3) uint8 -> n prepared frames

@@ -75,7 +75,7 @@ class Timeline:
 def sliding_timeline(path: str, decoder: str, sampler: FrameSampler, class_names: Sequence[str],
                      prepare: Callable[[np.ndarray], np.ndarray], probs_of: Callable[[list], np.ndarray],
                      stride: Stride | None = None, windows_per_pass: int = 10, decode_chunk: int = 32,
-                     min_side: int = 0) -> Timeline:
+                     *, min_side: int = 0) -> Timeline:
     """The timeline of the video at ``path``, whatever runs the network: :func:`plan_windows` of
     ``sampler`` and ``stride``, :func:`window_clips` (read by ``decoder``, each sampled frame
     ``prepare``\\ d once into its views (crops, C, h, w), a window its T prepared frames), and
@@ -119,7 +119,7 @@ def sliding_timeline(path: str, decoder: str, sampler: FrameSampler, class_names
     return Timeline(path, windows, found, list(class_names), stats)
 
 
-def video_timeline(model: Backend, path: str, stride: Stride | None = None, views_per_pass: int = 32,
+def video_timeline(model: Backend, path: str, stride: Stride | None = None, *, views_per_pass: int = 32,
                    decode_chunk: int = 32) -> Timeline:
     """Slide ``model``'s clip window along the video at ``path``: probabilities of every
     window, the evaluation's crops of each combined (:func:`sliding_timeline` with the backend's

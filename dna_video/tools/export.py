@@ -44,15 +44,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dna_video.prediction.torch_backend import load_model
-from dna_video.checkpoints.io import CheckpointError
-from dna_video.checkpoints.loading import timesformer_from_checkpoint
+# What --help needs only (no torch: `export --help` answers in a fraction of a second); the
+# exporters, the checkpoint readers and torch are imported by the format that runs.
 from dna_video.export.errors import ExportError
-from dna_video.export.huggingface import export_huggingface
 from dna_video.export.int8 import INT8_SUFFIX, int8_path, quantize_onnx, require_quantization
-from dna_video.export.metadata import runtime_metadata
-from dna_video.export.program import export_onnx, export_pt2
-from dna_video.export.reference import export_reference
 from dna_video.tools.predict import add_settings_arguments, settings_overrides
 
 __all__ = ["FORMATS", "main"]
@@ -64,7 +59,7 @@ FORMATS = {
     "huggingface": "a softmax TimeSformer as a Hugging Face save_pretrained folder",
     "reference": "a softmax or DnA TimeSformer as the reference TimeSformer's .pyth (model_state, model. prefix)",
 }
-DEPLOY_EXPORTERS = {"onnx": export_onnx, "pt2": export_pt2}
+DEPLOY_FORMATS = ("onnx", "pt2")  # exported by dna_video.export.program.export_<format>
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -93,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
         else:
             command.add_argument("out", help="file to write, e.g. model.pyth")
             command.add_argument("--epoch", type=int, default=0, help="the file's 'epoch' entry (default 0)")
-        if name in DEPLOY_EXPORTERS:
+        if name in DEPLOY_FORMATS:
             add_settings_arguments(command)  # --num-heads among them
         else:
             command.add_argument("--num-heads", type=int, help="attention heads, when the checkpoint does not say")
@@ -119,6 +114,11 @@ def _quietly(export: Callable[..., Path], *args: Any) -> Path:
 
 def _deploy(args: argparse.Namespace) -> int:
     """``onnx`` / ``pt2``: the network traced, with the data settings a runtime needs inside."""
+    from dna_video.checkpoints.io import CheckpointError
+    from dna_video.export import program
+    from dna_video.export.metadata import runtime_metadata
+    from dna_video.prediction.torch_backend import load_model
+
     overrides = {k: v for k, v in settings_overrides(args).items() if v is not None}
     int8 = getattr(args, "int8", False)
     try:
@@ -129,7 +129,7 @@ def _deploy(args: argparse.Namespace) -> int:
             loaded.net, dataclasses.asdict(loaded.settings), loaded.class_names, loaded.aggregate,
             source=Path(args.checkpoint).name,
         )
-        out = _quietly(DEPLOY_EXPORTERS[args.format], loaded.net, args.out, metadata)
+        out = _quietly(getattr(program, f"export_{args.format}"), loaded.net, args.out, metadata)
     except (CheckpointError, ExportError, FileNotFoundError, ImportError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -157,6 +157,11 @@ def _class_names(path: str | None) -> list[str] | None:
 
 def _share(args: argparse.Namespace) -> int:
     """``huggingface`` / ``reference``: the imported TimeSformer in another project's layout."""
+    from dna_video.checkpoints.io import CheckpointError
+    from dna_video.checkpoints.loading import timesformer_from_checkpoint
+    from dna_video.export.huggingface import export_huggingface
+    from dna_video.export.reference import export_reference
+
     overrides = {"num_heads": args.num_heads} if args.num_heads else {}
     try:
         model, report = timesformer_from_checkpoint(
@@ -176,7 +181,7 @@ def _share(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    return _deploy(args) if args.format in DEPLOY_EXPORTERS else _share(args)
+    return _deploy(args) if args.format in DEPLOY_FORMATS else _share(args)
 
 
 if __name__ == "__main__":

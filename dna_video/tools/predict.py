@@ -42,7 +42,7 @@ are those of its ``--timeline``. ``--annotate`` (with ``--timeline`` or ``--stre
 ``<stem>_annotated.mp4`` with the label drawn on every frame, ``--annotate-attention`` with the
 attention of the window blended in (checkpoints; :mod:`dna_video.prediction.annotate`).
 
-``dna-video predict --config C --ckpt_path K`` (an option first) is LightningCLI's ``predict``
+``dna-video predict --config C --ckpt_path K`` (no file, --config first) is LightningCLI's ``predict``
 over the config's DataModule instead (:mod:`dna_video.training.cli`); ``--help`` here says so.
 """
 
@@ -95,7 +95,7 @@ __all__ = [
 ]
 
 CONFIG_MODE = """\
-config mode (an option first): LightningCLI's predict over a config's DataModule
+config mode (--config first): LightningCLI's predict over a config's DataModule
   dna-video predict --config C --ckpt_path K      the config's prediction data (its test split),
                                                   one row per video in <run>/predict/predictions.csv
   dna-video predict --config C --help             its options (--trainer.*, --data.*, --model.*)

@@ -171,6 +171,10 @@ class DnACLI(LightningCLI):
         sources = option_sources(self.given_args)
         known = _known_inputs(config)
         _refuse_stated_inputs(config, known, sources)
+        # The others (the class count) are the built DataModule's: compared once it is built.
+        model = config.model.get("init_args") or {}
+        self.stated_inputs = {name: (model[name], sources[f"model.{name}"]) for name in DATA_FIXED
+                              if name not in known and f"model.{name}" in sources and model.get(name) is not None}
         # The model options as the data will set them (the links apply on instantiation), for
         # the comparison with the checkpoint; the checkpoint's, then the links, replace them.
         model = config.model.init_args
@@ -218,6 +222,10 @@ class DnACLI(LightningCLI):
         if config.trainer.get("enable_progress_bar") is not False:
             callbacks.append(RichProgressBar())
         self.trainer_defaults = {**self.trainer_defaults, "callbacks": callbacks}
+
+    def instantiate_classes(self) -> None:
+        super().instantiate_classes()
+        _refuse_stated_built_inputs(getattr(self, "stated_inputs", {}), self.datamodule)
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list) -> Trainer:
         if config.get("enable_checkpointing") is False:
@@ -325,6 +333,23 @@ def _refuse_stated_inputs(config: Any, known: dict[str, tuple[str, Any]], source
     if clashes:
         raise ValueError("; ".join(clashes) + ". Set the data's option and drop the model's (docs/configs.md, "
                          "\"What the data fixes\")")
+
+
+def _refuse_stated_built_inputs(stated: dict[str, tuple[Any, str]], data: Any) -> None:
+    """A model option the data fixes only once built (the class count: its class list), stated
+    by a config file or the command line with another value than the built DataModule's: an
+    error naming both (the link would replace it silently). Before anything is written."""
+    clashes = []
+    for name, (value, where) in stated.items():
+        attribute = model_inputs(type(data)).get(name)
+        fixed = None if attribute is None else getattr(data, attribute)
+        if fixed is None or fixed == value:
+            continue
+        said = "on the command line" if where == "the command line" else f"in {where}"
+        clashes.append(f"model.{name} is {value!r} {said}, but the data fixes it: "
+                       f"{type(data).__name__}.{attribute} is {fixed!r}")
+    if clashes:
+        raise ValueError("; ".join(clashes) + ". Drop the model's option (docs/configs.md, \"What the data fixes\")")
 
 
 def _import(class_path: str) -> type:

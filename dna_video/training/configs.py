@@ -67,10 +67,13 @@ def resolve_config_names(args: list[str]) -> list[str]:
 
 
 def check_config_files(args: list[str]) -> None:
-    """Every ``--config`` file of ``args`` read as YAML; one that is not stops the command with
-    one line naming the file, the line and the column (``SystemExit``, status 1), instead of
-    the parser's traceback."""
-    for _, path in _config_files(args):
+    """Every ``--config`` file of ``args``, and every ``.yaml`` / ``.yml`` file given to a key
+    (``--data configs/x.yaml``, ``--model=mine.yml``: a nested config), read as YAML; one that
+    is not stops the command with one line naming the file, the line and the column
+    (``SystemExit``, status 1), instead of the parser's traceback."""
+    nested = [Path(value) for value in _option_values(args)
+              if Path(value).suffix in (".yaml", ".yml") and Path(value).is_file()]
+    for path in dict.fromkeys([path for _, path in _config_files(args)] + nested):
         try:
             yaml.safe_load(path.read_text())
         except yaml.MarkedYAMLError as exc:
@@ -80,6 +83,21 @@ def check_config_files(args: list[str]) -> None:
             raise SystemExit(f"error: {where}: not valid YAML: {problem}") from None
         except yaml.YAMLError as exc:
             raise SystemExit(f"error: {path}: not valid YAML: {' '.join(str(exc).split())}") from None
+
+
+def _option_values(args: list[str]) -> list[str]:
+    """The value of every ``--key VALUE`` / ``--key=VALUE`` of ``args`` (a next argument that is
+    no option is taken as the value)."""
+    values = []
+    for i, arg in enumerate(args):
+        if not arg.startswith("--"):
+            continue
+        _, equals, value = arg.partition("=")
+        if equals:
+            values.append(value)
+        elif i + 1 < len(args) and not args[i + 1].startswith("-"):
+            values.append(args[i + 1])
+    return values
 
 
 def _config_files(args: list[str]) -> list[tuple[int, Path]]:

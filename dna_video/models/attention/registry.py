@@ -201,7 +201,8 @@ def attention_kind(name: str) -> AttentionKind:
     try:
         return _KINDS[name]
     except KeyError:
-        raise ValueError(f"unknown attention {name!r}; choose one of {sorted(_KINDS)}") from None
+        raise ValueError(f"unknown attention {name!r}; choose one of {sorted(_KINDS)}, or a kind your own module "
+                         "registers, imported first (on the command line: --import MODULE)") from None
 
 
 def attention_kinds() -> tuple[str, ...]:
@@ -279,7 +280,8 @@ def cross_attention_kind(name: str) -> AttentionKind:
     spec = _KINDS.get(name)
     if spec is None or spec.cross is None:
         raise ValueError(f"unknown cross-attention {name!r}; choose one of {sorted(cross_attention_kinds())} "
-                         "(an attention kind registered with a `cross` class)")
+                         "(an attention kind registered with a `cross` class; one of your own module: "
+                         "--import MODULE)")
     return spec
 
 
