@@ -30,7 +30,7 @@ from dna_video.data.eval_settings import EvalSettings
 from dna_video.data.protocols import Protocol
 from dna_video.data.records import RecordTable, missing_files
 from dna_video.data.sampling import FrameSampler
-from dna_video.data.seeding import SeededSampler
+from dna_video.data.resume import EpochSampler, ResumableDataLoader, default_seed
 from dna_video.data.transforms import EvalClipTransform, TrainClipTransform
 
 log = logging.getLogger(__name__)
@@ -65,11 +65,12 @@ def _evaluation_sampler(dataset) -> Sampler | None:
     )
 
 
-def _seeded_sampler(dataset, data_seed: int) -> SeededSampler:
-    """The training sampler of ``data_seed``, over this process's share under DDP."""
+def _training_sampler(dataset, data_seed: int | None) -> EpochSampler:
+    """The training order (:class:`~.resume.EpochSampler`), over this process's share under DDP."""
     if dist.is_available() and dist.is_initialized():
-        return SeededSampler(dataset, data_seed, num_replicas=dist.get_world_size(), rank=dist.get_rank())
-    return SeededSampler(dataset, data_seed)
+        return EpochSampler(dataset, data_seed, num_replicas=dist.get_world_size(), rank=dist.get_rank(),
+                            seed=default_seed())
+    return EpochSampler(dataset, data_seed)
 
 
 class VideoDataModule(L.LightningDataModule):
@@ -119,7 +120,8 @@ class VideoDataModule(L.LightningDataModule):
             (building a model does). A number draws each epoch's order from (data_seed, epoch)
             and every item's draws from (data_seed, epoch, item): the batches of an epoch are
             the same whatever model is built, however many workers load them, and after a
-            resume (:class:`~.seeding.SeededSampler`). Evaluation has no random draws.
+            resume, also one inside an epoch (:class:`~.resume.EpochSampler`). Evaluation has
+            no random draws.
         cache_decoded: decode each video of a split once, whole (every frame, uint8), when the
             split is set up, and take every clip from memory: later epochs and repeated
             evaluations decode nothing. Memory: frames x height x width x 3 bytes per video,
@@ -322,17 +324,14 @@ class VideoDataModule(L.LightningDataModule):
             raise RuntimeError(f"split {split!r} is not set up; call setup() first")
         dataset = self.datasets[split]
         random_order = shuffle
-        sampler = None if shuffle else _evaluation_sampler(dataset)
-        generator = None
-        if self.data_seed is not None:
-            if shuffle:
-                sampler, shuffle = _seeded_sampler(dataset, self.data_seed), False
-            # The loader's own draws (its workers' base seed) leave the global generator alone.
-            generator = torch.Generator().manual_seed(self.data_seed)
-        return DataLoader(
+        # Training: an order whose place in the epoch goes into checkpoints (docs/reliability.md,
+        # "Resume inside an epoch"); evaluation: every video once over the processes.
+        sampler = _training_sampler(dataset, self.data_seed) if shuffle else _evaluation_sampler(dataset)
+        # The loader's own draws (its workers' base seed) leave the global generator alone.
+        generator = None if self.data_seed is None else torch.Generator().manual_seed(self.data_seed)
+        return (ResumableDataLoader if shuffle else DataLoader)(
             dataset,
             batch_size=self.batch_size,
-            shuffle=shuffle,
             sampler=sampler,
             generator=generator,
             drop_last=random_order and len(dataset) > self.batch_size,
