@@ -224,6 +224,10 @@ class DnACLI(LightningCLI):
             # The best checkpoint's path (not "best", which makes Lightning warn about our two
             # ModelCheckpoint callbacks).
             ckpt = (self.trainer.checkpoint_callback.best_model_path or None) if self.trainer.checkpoint_callback else None
+            if self.trainer.is_global_zero:  # after ddp_fork / ddp_spawn, the test's processes reopen the run's CSV
+                for logger in self.trainer.loggers:
+                    if isinstance(logger, CSVLogger):
+                        keep_csv_metrics(logger)
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
         log_dir = self.trainer.log_dir  # on every rank: a broadcast under DDP
         if self.trainer.is_global_zero and log_dir:
