@@ -24,10 +24,16 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("foundations", ["dna_video.common"]),
     ("networks and data", ["dna_video.models", "dna_video.data"]),
     ("checkpoints", ["dna_video.checkpoints"]),
+    # What a run left behind (folders, runs.jsonl, summary.json, model card): plain files, no
+    # torch at import (test_the_runs_room_imports_neither_torch_nor_lightning).
+    ("runs", ["dna_video.runs"]),
+    # A trained model written for others: ONNX, pt2, int8, Hugging Face, the reference's .pyth.
+    ("export", ["dna_video.export"]),
     # Tasks and analysis are one layer: either may import the other.
     ("tasks and analysis", ["dna_video.tasks", "dna_video.analysis"]),
-    # An exported model without torch (ONNX Runtime): over data and analysis's numpy parts.
-    ("runtime", ["dna_video.runtime"]),
+    # A model on videos, long videos and live sources: one pipeline, a checkpoint's network or an
+    # exported model on ONNX Runtime (without torch) behind one protocol.
+    ("prediction", ["dna_video.prediction"]),
     ("command line", ["dna_video.training"]),
     ("tools", ["dna_video.tools", "dna_video.__main__"]),
 ]
@@ -223,8 +229,8 @@ def test_rendering_and_writing_a_scene_import_neither_torch_nor_lightning():
 
 # What `dna-video predict CKPT ...` imports when it starts, and when it runs a timeline, a
 # stream or an annotated video (the tool imports these modules in the functions that do).
-PREDICT = ["dna_video.tools.predict", "dna_video.analysis.timeline", "dna_video.analysis.window_network",
-           "dna_video.analysis.stream", "dna_video.analysis.annotate"]
+PREDICT = ["dna_video.tools.predict", "dna_video.prediction.torch_backend", "dna_video.prediction.onnx_backend",
+           "dna_video.prediction.timeline", "dna_video.prediction.stream", "dna_video.prediction.annotate"]
 
 
 def _import_path(roots: list[str], wanted: set[str]) -> list[str] | None:
@@ -262,3 +268,25 @@ def test_predict_starts_without_lightning():
     assert chain is None, "predict imports Lightning: " + " -> ".join(chain)
     # The check sees a chain where there is one (the training command's).
     assert _import_path(["dna_video.training.cli"], LIGHTNING)[0] == "dna_video.training.cli"
+
+
+def test_the_predict_command_starts_without_torch_or_matplotlib():
+    """``dna-video predict`` starts light: its command module (and the pipeline's modules it
+    imports) import no torch (only a checkpoint's backend does, when one is loaded), no
+    matplotlib (only a timeline's PNG does, when written) and no Lightning."""
+    heavy = {"torch", "torchvision", "einops", "timm", "matplotlib", "onnxruntime"} | LIGHTNING
+    chain = _import_path(["dna_video.__main__", "dna_video.tools.predict", "dna_video.prediction.onnx_backend"], heavy)
+    assert chain is None, "predict imports at start: " + " -> ".join(chain)
+    # The check sees a chain where there is one (a checkpoint's backend imports torch).
+    assert _import_path(["dna_video.prediction.torch_backend"], heavy)[-1] in heavy
+
+
+def test_the_runs_room_imports_neither_torch_nor_lightning():
+    """What a run left behind is plain files: importing any module of ``dna_video.runs`` (and
+    the packages above it) loads no torch or Lightning, read statically; a model card imports
+    torch inside the functions that build the network. ``tests/test_runs_room.py`` runs it
+    where importing torch fails."""
+    room = [m for m in MODULES if m == "dna_video.runs" or m.startswith("dna_video.runs.")]
+    assert len(room) >= 5, room
+    chain = _import_path(room, {"torch", "torchvision", "lightning", "pytorch_lightning"})
+    assert chain is None, "dna_video.runs imports torch or Lightning: " + " -> ".join(chain)
