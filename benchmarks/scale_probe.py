@@ -5,17 +5,19 @@ Prints one JSON object: the task's numbers, plus this process's peak RSS and CPU
 
 Tasks:
 
-* ``setup``: a DataModule of the dataset and protocol, ``setup("fit")`` then ``setup("test")``.
+* ``setup``: a DataModule of the dataset and protocol, ``setup("fit")`` then ``setup("test")``;
+  the resident memory they add (the index and what building it leaves behind).
 * ``first_batch``: ``setup("fit")``, the training loader, its first batch (worker start-up
   included), at the paper's recipe (8 frames, crop 224).
 * ``scan``: ``dna_video.tools.prepare.scan`` of the root (its import included: what the
   ``prepare`` command adds to the interpreter's start).
 * ``worker_memory``: the training split through a loader of ``workers`` processes, one whole
-  epoch, each item decoded and transformed small (the index is what is measured); the unique
-  memory (USS) of every worker after its first batch and at the end of the epoch.
+  epoch (or its first ``max_batches``), each item decoded and transformed small (the index is
+  what is measured); the unique memory (USS) of every worker after its first batch and at the
+  end.
 * ``throughput``: clips of the given files through the loader with ONE worker, at the paper's
-  recipe; CPU seconds of this process and its workers per clip (training) or per video
-  (evaluation with ``clips`` x ``crops`` views).
+  recipe, for each mode asked (training; evaluation with ``clips`` x ``crops`` views); CPU
+  seconds of this process and its worker per clip (training) or per video (evaluation).
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ def _peak_rss_mib() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
 
 
+def _rss_mib() -> float:
+    """This process's resident memory now (VmRSS)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+
+
 def _uss_mib(pid: int) -> float:
     """Unique set size (private pages, clean and dirty) of a process, from /proc."""
     total = 0
@@ -61,14 +69,14 @@ def _datamodule(dataset: str, root: str, protocol: str, **kwargs):
 def setup(args: dict) -> dict:
     t0 = time.perf_counter()
     _datamodule(args["dataset"], args["root"], args["protocol"], num_workers=0)  # imports
-    t1 = time.perf_counter()
+    rss0, t1 = _rss_mib(), time.perf_counter()
     dm = _datamodule(args["dataset"], args["root"], args["protocol"], num_workers=0)
     dm.setup("fit")
     t2 = time.perf_counter()
     dm.setup("test")
     t3 = time.perf_counter()
     return {"import_s": t1 - t0, "fit_s": t2 - t1, "test_s": t3 - t2, "setup_s": t3 - t1,
-            "videos": {split: len(d) for split, d in dm.datasets.items()}}
+            "index_rss_mib": _rss_mib() - rss0, "videos": {split: len(d) for split, d in dm.datasets.items()}}
 
 
 def first_batch(args: dict) -> dict:
@@ -104,10 +112,14 @@ def worker_memory(args: dict) -> dict:
     workers = [w.pid for w in loader._iterator._workers]  # persistent workers: the loader keeps its iterator
     time.sleep(0.5)  # every worker has loaded its first batch (prefetch)
     start = [_uss_mib(pid) for pid in workers]
-    clips = args["batch"]
+    clips, batches = args["batch"], 1
+    limit = args.get("max_batches")  # None: the whole epoch (a --quick run reads a part)
     t0 = time.perf_counter()
     for batch in iterator:
         clips += batch["video"].shape[0]
+        batches += 1
+        if limit is not None and batches >= limit:
+            break
     seconds = time.perf_counter() - t0
     end = [_uss_mib(pid) for pid in workers]
     del iterator, loader  # the workers end with the loader
@@ -116,14 +128,15 @@ def worker_memory(args: dict) -> dict:
 
 
 def throughput(args: dict) -> dict:
-    """CPU seconds per clip (training) or per video (evaluation) over ``args["files"]``."""
+    """CPU seconds per clip (training) or per video (evaluation of ``clips`` x ``crops`` views)
+    over ``args["files"]``, for each of ``args["modes"]`` (``["train"]`` or ``["eval", clips,
+    crops]``), each mode through a loader of its own with one worker and one thread."""
     import torch
 
     from dna_video.data.datamodule import VideoDataModule
     from dna_video.data.dataset import VideoRecord
 
     torch.set_num_threads(1)
-    records = [VideoRecord(path, 0) for path in args["files"]] * args.get("repeat", 1)
 
     class Files(VideoDataModule):
         @property
@@ -131,21 +144,24 @@ def throughput(args: dict) -> dict:
             return ["x"]
 
         def build_split(self, split):
-            return records
+            repeat = args.get("repeat_train", 1) if split == "train" else 1
+            return [VideoRecord(path, 0) for path in args["files"]] * repeat
 
-    clips, crops = args.get("views", (1, 3))
-    dm = Files(root="", batch_size=args["batch"], num_workers=1, test_num_clips=clips, test_num_crops=crops,
-               multiprocessing_context="fork")
-    split = "train" if args["mode"] == "train" else "test"
-    dm.setup("fit" if split == "train" else "test")
-    loader = dm.train_dataloader() if split == "train" else dm.test_dataloader()
-    next(iter(loader))  # warm: the decoders loaded, the files in the page cache (a loader of its own)
-    cpu0, t0 = _cpu_seconds(), time.perf_counter()
-    items = 0
-    for batch in loader:
-        items += batch["video"].shape[0]
-    seconds, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
-    return {"items": items, "cpu_s": cpu, "wall_s": seconds, "cpu_s_per_item": cpu / items}
+    out = []
+    for mode in args["modes"]:
+        clips, crops = mode[1:] if mode[0] == "eval" else (1, 3)
+        dm = Files(root="", batch_size=args["batch"], num_workers=1, test_num_clips=clips, test_num_crops=crops,
+                   multiprocessing_context="fork")
+        dm.setup("fit" if mode[0] == "train" else "test")
+        loader = dm.train_dataloader() if mode[0] == "train" else dm.test_dataloader()
+        next(iter(loader))  # warm: the decoders loaded, the files in the page cache (a loader of its own)
+        cpu0, t0 = _cpu_seconds(), time.perf_counter()
+        items = 0
+        for batch in loader:  # the exhausted loader joins its worker: its CPU time is counted
+            items += batch["video"].shape[0]
+        seconds, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
+        out.append({"mode": mode, "items": items, "cpu_s": cpu, "wall_s": seconds, "cpu_s_per_item": cpu / items})
+    return {"modes": out}
 
 
 TASKS = {f.__name__: f for f in (setup, first_batch, scan, worker_memory, throughput)}

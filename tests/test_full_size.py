@@ -185,3 +185,39 @@ def test_the_prepare_scan_imports_neither_torch_nor_lightning(tmp_path):
              "print(len(files), sorted(m for m in ('torch', 'lightning', 'pytorch_lightning') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe, str(root)], capture_output=True, text=True, check=True).stdout
     assert out.split(maxsplit=1) == [str(len(os.listdir(root))), "[]\n"]
+
+
+def test_the_scale_section_alternates_the_trees_round_by_round():
+    from benchmarks.scale import _interleaved
+
+    order = []
+    got = _interleaved({"ours": "A", "baseline": "B"}, 4, "task", measure=lambda tree, task, **args: order.append(tree) or
+                       {"tree": tree, **args}, x=1)
+    assert order == ["A", "B", "B", "A", "A", "B", "B", "A"]
+    assert got == {"ours": [{"tree": "A", "x": 1}] * 4, "baseline": [{"tree": "B", "x": 1}] * 4}
+
+
+@pytest.mark.slow
+def test_the_scale_probes_measure_a_few_hundred_files_as_the_full_trees(tmp_path):
+    """The ``scale`` section's measurements (benchmarks/scale_probe.py), in this process, on
+    every 400th NTU name: the counts they report are the tree's, per split, clip and view."""
+    from benchmarks import scale_probe
+
+    root = str(full_size_tree(tmp_path, "ntu60", every=400))
+    names = sorted(os.listdir(root))
+    train = sum(int(n[9:12]) in NTU_CS_TRAIN for n in names)
+    got = scale_probe.setup({"dataset": "ntu60", "root": root, "protocol": "cs"})
+    test = len(names) - train  # NTU validates on the test split unless val_fraction holds some out
+    assert got["videos"] == {"train": train, "val": test, "test": test} and got["setup_s"] > 0
+    got = scale_probe.scan({"dataset": "ntu60", "root": root})
+    assert got["files"] == len(names)
+    got = scale_probe.first_batch({"dataset": "ntu60", "root": root, "protocol": "cs", "workers": 1, "batch": 2})
+    assert got["shape"] == [2, 3, 8, 224, 224]
+    args = {"dataset": "ntu60", "root": root, "protocol": "cs", "workers": 2, "batch": 8}
+    whole, part = (scale_probe.worker_memory({**args, "max_batches": limit}) for limit in (None, 5))
+    assert whole["train_videos"] == train and whole["clips"] == train // 8 * 8 and part["clips"] == 5 * 8
+    assert whole["workers"] == 2 and len(whole["growth_mib"]) == 2 and min(whole["uss_start_mib"]) > 0
+    modes = [["train"], ["eval", 1, 3], ["eval", 2, 3]]
+    got = scale_probe.throughput({"files": [str(Path(root) / names[0])] * 3, "modes": modes, "batch": 2,
+                                  "repeat_train": 2})["modes"]
+    assert [m["items"] for m in got] == [6, 3, 3] and all(m["cpu_s_per_item"] > 0 for m in got)
