@@ -117,9 +117,10 @@ MOVED.update(MOVED_IN_0_3)
 
 
 def _releases(name: str) -> tuple[str, str]:
-    """The release that moved ``name`` (or the moved package it lies in) and the one it goes in."""
+    """The release that moved ``name`` (or the moved package it lies in) and the one it goes in:
+    0.1's paths, announced to go in 0.3, stay one more release beside 0.2's (both go in 0.4)."""
     moved_in_0_3 = name in MOVED_IN_0_3 or name.rpartition(".")[0] in MOVED_IN_0_3
-    return ("0.3", "0.4") if moved_in_0_3 else ("0.2", "0.3")
+    return ("0.3" if moved_in_0_3 else "0.2"), "0.4"
 
 
 def _moved(name: str) -> tuple[str, str | None, bool] | None:

@@ -318,10 +318,10 @@ def test_0_2_module_paths_moved_in_0_3_import_their_new_module_and_say_when_they
         assert f"{old} moved to {new} in dna-video 0.3; the old path goes in 0.4" in messages, messages
         for name in NAMES_0_2[old]:
             assert getattr(module, name) is not None, (old, name)
-    # A 0.1 path still says 0.2 and 0.3, whichever way it was retargeted since.
+    # A 0.1 path still says 0.2, whichever way it was retargeted since, and goes with 0.2's in 0.4.
     sys.modules.pop("dna_video.callbacks.summary", None)
     with pytest.warns(DeprecationWarning, match=r"dna_video.callbacks.summary moved to dna_video.runs.summary in "
-                                                r"dna-video 0.2; the old path goes in 0.3"):
+                                                r"dna-video 0.2; the old path goes in 0.4"):
         importlib.import_module("dna_video.callbacks.summary")
 
 
@@ -367,7 +367,7 @@ def test_0_1_dna_video_runs_names_resolve_in_the_runs_room():
             assert not messages, (name, messages)
         else:
             assert messages == [f"dna_video.runs.{name} moved to dna_video.training.runs in dna-video 0.2; the old "
-                                "path goes in 0.3"], (name, messages)
+                                "path goes in 0.4"], (name, messages)
             assert value is getattr(training_runs, name)
     assert runs.RestoreError is training_runs.RestoreError  # one class: errors raised by either are caught by both
 

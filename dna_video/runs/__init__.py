@@ -71,6 +71,6 @@ _TRAINING_NAMES = (
 def __getattr__(name: str) -> Any:
     if name not in _TRAINING_NAMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"{__name__}.{name} moved to dna_video.training.runs in dna-video 0.2; the old path goes in 0.3",
+    warnings.warn(f"{__name__}.{name} moved to dna_video.training.runs in dna-video 0.2; the old path goes in 0.4",
                   DeprecationWarning, stacklevel=2)
     return getattr(importlib.import_module("dna_video.training.runs"), name)
