@@ -34,7 +34,8 @@ _NAME = re.compile(
     re.ASCII,
 )
 _SAMPLE = re.compile(r"S\d{3}C\d{3}P\d{3}R\d{3}A\d{3}")
-VIDEO_SUFFIXES = (".avi", ".mp4")
+# NTU's own files: a part of dna_video.common.videofiles.VIDEO_SUFFIXES (the name pattern's).
+NTU_SUFFIXES = (".avi", ".mp4")
 
 _SPEC, PROTOCOLS = load_split_file("ntu60_splits.yaml")
 RANGES = {field: (int(lo), int(hi)) for field, (lo, hi) in _SPEC["ranges"].items()}
@@ -165,8 +166,8 @@ def ntu_catalog(
     catalog = Catalog(f"NTU RGB+D 60 {protocol.name}", STRICT_REASONS, (NOT_VIDEO, MALFORMED))
     paths = [os.fspath(f) for f in files]
     names = [p.rpartition(os.sep)[2] for p in paths]
-    # Path.suffix in VIDEO_SUFFIXES (a name of leading dots and the suffix has none).
-    video = np.array([n.endswith(VIDEO_SUFFIXES) and bool(n[:-4].strip(".")) for n in names], dtype=bool)
+    # Path.suffix in NTU_SUFFIXES (a name of leading dots and the suffix has none).
+    video = np.array([n.endswith(NTU_SUFFIXES) and bool(n[:-4].strip(".")) for n in names], dtype=bool)
     parsed, fields = parse_ntu_names(names)
     parsed &= video
     ntu60 = parsed & _inside(fields, RANGES)

@@ -40,6 +40,7 @@ from typing import Callable
 import numpy as np
 
 from dna_video.common.atomic import write_json
+from dna_video.common.videofiles import is_video_name
 from dna_video.data.records import sort_paths
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,6 @@ log = logging.getLogger(__name__)
 __all__ = ["main", "scan", "validate_file", "transcode_file", "output_path"]
 
 DATASETS = ("toyota_smarthome", "ntu60", "videos")
-VIDEO_SUFFIXES = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v")
 
 
 def _catalogs(dataset: str, root: str, exclude_file: str | None = None) -> dict:
@@ -109,7 +109,7 @@ def scan(dataset: str, root: str, exclude_file: str | None = None) -> tuple[list
             if reason not in catalog.foreign_reasons:
                 files.update(paths)
     if dataset == "videos":
-        files = {str(p) for p in Path(root).rglob("*") if p.suffix.lower() in VIDEO_SUFFIXES and p.is_file()}
+        files = {str(p) for p in Path(root).rglob("*") if is_video_name(p) and p.is_file()}
     return [Path(f) for f in sort_paths(files)], reports
 
 
