@@ -11,7 +11,7 @@
     python -m benchmarks --sections memory    # opt-in: long clips, grad checkpointing (20-40 min)
     python -m benchmarks --sections compile   # opt-in: inductor against eager (several minutes of compiling)
     python -m benchmarks --sections startup --startup-baseline DIR   # opt-in: commands' start-up, two checkouts
-    python -m benchmarks --sections scale     # opt-in: the real datasets' size against commit 2f22479 (15-30 min)
+    python -m benchmarks --sections scale     # opt-in: the real datasets' size against commit 2f22479 (15-20 min)
     python -m benchmarks --output results.md  # also write the table to a file
 
 Run it from the repository root, so that this checkout's ``dna_video`` is the one measured.
@@ -96,11 +96,12 @@ def main(argv: list[str] | None = None) -> str:
             rows += startup.run(args.cache, rounds=args.rounds, quick=args.quick, baseline=args.startup_baseline,
                                 notes=notes)
         elif section == "scale":
-            # Every measurement a process of its own, this checkout and the baseline alternating: 3 rounds.
+            # Every measurement a process of its own, this checkout and the baseline alternating: 2
+            # rounds: about 20 min on 2 busy cores, from the --quick run's parts (3 rounds: about 29).
             notes.append(f"load average at the scale section's start: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}; "
                          f"its processes: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, torch's "
                          "default threads (one thread in the throughput rows)")
-            rows += scale.run(args.cache, rounds=min(3, args.rounds), quick=args.quick, baseline=args.baseline,
+            rows += scale.run(args.cache, rounds=min(2, args.rounds), quick=args.quick, baseline=args.baseline,
                               baseline_path=args.baseline_tree, notes=notes)
         # Progress, and the rows so far in case a later section fails.
         print(f"[{section}: {time.perf_counter() - t0:.0f} s]\n{markdown_table(rows)}", file=sys.stderr, flush=True)
