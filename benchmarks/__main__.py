@@ -11,6 +11,7 @@
     python -m benchmarks --sections memory    # opt-in: long clips, grad checkpointing (20-40 min)
     python -m benchmarks --sections compile   # opt-in: inductor against eager (several minutes of compiling)
     python -m benchmarks --sections startup --startup-baseline DIR   # opt-in: commands' start-up, two checkouts
+    python -m benchmarks --sections scale     # opt-in: the real datasets' size against commit 2f22479 (15-20 min)
     python -m benchmarks --output results.md  # also write the table to a file
 
 Run it from the repository root, so that this checkout's ``dna_video`` is the one measured.
@@ -30,13 +31,13 @@ os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
 import torch
 
-from . import attention, compiled, data, decoders, memory, model, onnx_runtime, startup, timeline, variants
+from . import attention, compiled, data, decoders, memory, model, onnx_runtime, scale, startup, timeline, variants
 from .harness import code_description, machine_description, markdown_table
 
 SECTIONS = ("attention", "model", "variants", "data", "decoders", "timeline", "onnx")
 # Run only when named: each takes many minutes (real TimeSformer-B steps up to 12 blocks and 32
 # frames; inductor's compilation; fresh processes of two checkouts).
-OPT_IN = ("memory", "compile", "startup")
+OPT_IN = ("memory", "compile", "startup", "scale")
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -52,6 +53,10 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--startup-baseline", default=None, metavar="DIR",
                         help="startup: another checkout to measure beside this one (e.g. a git worktree of an older commit)")
     parser.add_argument("--output", default=None, help="also write the result (markdown) to this file")
+    parser.add_argument("--baseline", default=scale.BASELINE,
+                        help="scale section: the commit measured beside this checkout (git archive into the cache)")
+    parser.add_argument("--baseline-tree", default=None,
+                        help="scale section: a checkout measured beside this one instead of --baseline")
     args = parser.parse_args(argv)
 
     if "model" in args.sections and importlib.util.find_spec("transformers") is None:
@@ -90,6 +95,14 @@ def main(argv: list[str] | None = None) -> str:
         elif section == "startup":
             rows += startup.run(args.cache, rounds=args.rounds, quick=args.quick, baseline=args.startup_baseline,
                                 notes=notes)
+        elif section == "scale":
+            # Every measurement a process of its own, this checkout and the baseline alternating: 2
+            # rounds: about 20 min on 2 busy cores, from the --quick run's parts (3 rounds: about 29).
+            notes.append(f"load average at the scale section's start: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}; "
+                         f"its processes: OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, torch's "
+                         "default threads (one thread in the throughput rows)")
+            rows += scale.run(args.cache, rounds=min(2, args.rounds), quick=args.quick, baseline=args.baseline,
+                              baseline_path=args.baseline_tree, notes=notes)
         # Progress, and the rows so far in case a later section fails.
         print(f"[{section}: {time.perf_counter() - t0:.0f} s]\n{markdown_table(rows)}", file=sys.stderr, flush=True)
     total = time.perf_counter() - start

@@ -34,35 +34,33 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import torch
 from einops import rearrange
 from torch.utils.data import Dataset, default_collate
 
+from dna_video.data.records import RecordTable, VideoRecord
 from dna_video.data.sampling import FrameSampler
 from dna_video.data.seeding import SeededItem, torch_draws_from
 from dna_video.data.video import VideoDecodeError, VideoFrames, read_frames
 
 log = logging.getLogger(__name__)
 
-__all__ = ["VideoRecord", "VideoClipDataset", "collate_videos"]
-
-
-@dataclass(frozen=True)
-class VideoRecord:
-    """One video of a split: its path and its class index."""
-
-    path: str
-    label: int
+__all__ = ["VideoRecord", "RecordTable", "VideoClipDataset", "collate_videos"]
 
 
 class VideoClipDataset(Dataset):
     """Clips of ``records`` sampled by ``sampler`` and transformed by ``transform``.
 
+    The split's videos are kept as arrays (:class:`~.records.RecordTable`, :attr:`records`),
+    not one Python object per video: DataLoader workers read them without copying them
+    (benchmarks/README.md, "Full-size datasets").
+
     Args:
-        records: the split's videos.
+        records: the split's videos (a :class:`~.records.RecordTable` or any sequence of
+            :class:`~.records.VideoRecord`).
         sampler: chooses frame indices.
         transform: uint8 (T, C, H, W) -> (C, T, h, w) in training, (crops, C, T, h, w) in
             evaluation.
@@ -84,7 +82,7 @@ class VideoClipDataset(Dataset):
 
     def __init__(
         self,
-        records: Sequence[VideoRecord],
+        records: RecordTable | Sequence[VideoRecord],
         sampler: FrameSampler,
         transform: Callable[[torch.Tensor], torch.Tensor],
         train: bool,
@@ -95,7 +93,7 @@ class VideoClipDataset(Dataset):
         decoder: str = "decord",
         cache_decoded: bool = False,
     ) -> None:
-        self.records = list(records)
+        self.records = RecordTable.of(records)
         self.sampler = sampler
         self.transform = transform
         self.train = train
@@ -156,11 +154,11 @@ class VideoClipDataset(Dataset):
         if self.decoded is None:
             raise RuntimeError("fill_cache: this dataset was made without cache_decoded")
         failed = 0
-        for record in self.records:
+        for path in self.records.paths:
             try:
-                self._read(record.path, lambda n, fps: np.zeros(0, np.int64))
+                self._read(path, lambda n, fps: np.zeros(0, np.int64))
                 if self.mask_reader is not None:
-                    self._mask_array(record.path)
+                    self._mask_array(path)
             except VideoDecodeError:
                 failed += 1
         size = sum(v.frames.nbytes for v in self.decoded.values()) + sum(m.nbytes for m in self.cached_masks.values())
@@ -175,7 +173,7 @@ class VideoClipDataset(Dataset):
         """:meth:`load` and the decoded file's facts (:class:`~.video.VideoFrames`). With
         ``transform_seed``, the training transform draws from it, not from torch's global
         generator."""
-        record = self.records[index]
+        record = VideoRecord(self.records.path(index), self.records.label(index))
         chosen: list[np.ndarray] = []
 
         def pick(indices: np.ndarray) -> np.ndarray:
@@ -236,25 +234,25 @@ class VideoClipDataset(Dataset):
                 if isinstance(video, tuple):
                     video, masks = video
             except VideoDecodeError as exc:
-                failed.append(self.records[index].path)
+                path = self.records.path(index)
+                failed.append(path)
                 if not self.train:
                     log.warning("leaving out unreadable video (%s)", exc)
-                    return {"video": None, "path": self.records[index].path, "failed": 1, "failed_paths": failed}
+                    return {"video": None, "path": path, "failed": 1, "failed_paths": failed}
                 # Drawn among the files not tried yet: a file that failed fails again, and
                 # drawing it twice would spend the retries on one file.
-                untried = [i for i, r in enumerate(self.records) if r.path not in failed]
+                untried = [i for i, p in enumerate(self.records.paths) if p not in failed]
                 if len(failed) > self.max_retries or not untried:
                     raise VideoDecodeError(
                         f"{len(failed)} unreadable videos in a row{'' if untried else ' and no other video to try'}, "
-                        f"the last {self.records[index].path}; check the dataset (dna-video prepare <dataset> "
+                        f"the last {path}; check the dataset (dna-video prepare <dataset> "
                         "<root> --validate checks every file)"
                     ) from exc
                 log.warning("replacing unreadable video by another (%s)", exc)
                 index = untried[int(rng.integers(len(untried)))]
                 continue
-            record = self.records[index]
             sample = {
-                "video": video, "label": record.label, "index": index, "path": record.path,
+                "video": video, "label": self.records.label(index), "index": index, "path": self.records.path(index),
                 "failed": len(failed), "failed_paths": failed,
                 "frames": decoded.num_frames, "frames_needed": self.sampler.frames_needed(decoded.fps),
             }

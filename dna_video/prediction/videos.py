@@ -8,11 +8,12 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+from dna_video.common.videofiles import VIDEO_SUFFIXES, is_video_name
+
 log = logging.getLogger(__name__)
 
 __all__ = ["VIDEO_SUFFIXES", "LIST_SUFFIXES", "collect_videos", "read_list_file"]
 
-VIDEO_SUFFIXES = {".mp4", ".avi", ".mkv", ".mov", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv"}
 LIST_SUFFIXES = {".txt", ".csv", ".lst", ".list"}
 
 
@@ -53,7 +54,7 @@ def collect_videos(paths: Sequence[str], root: str | None = None) -> list[tuple[
     for given in paths:
         path = Path(given)
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in VIDEO_SUFFIXES)
+            found = sorted(p for p in path.rglob("*") if p.is_file() and is_video_name(p))
             if not found:
                 log.warning("no video files (%s) under %s", ", ".join(sorted(VIDEO_SUFFIXES)), path)
             videos += [(str(p), None) for p in found]

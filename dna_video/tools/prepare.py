@@ -40,26 +40,43 @@ from typing import Callable
 import numpy as np
 
 from dna_video.common.atomic import write_json
+from dna_video.common.videofiles import is_video_name
+from dna_video.data.records import sort_paths
 
 log = logging.getLogger(__name__)
 
 __all__ = ["main", "scan", "validate_file", "transcode_file", "output_path"]
 
 DATASETS = ("toyota_smarthome", "ntu60", "videos")
-VIDEO_SUFFIXES = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v")
 
 
-def _datamodules(dataset: str, root: str, exclude_file: str | None = None) -> dict:
-    """One DataModule per protocol: the scan is exactly the training code's."""
+def _catalogs(dataset: str, root: str, exclude_file: str | None = None) -> dict:
+    """protocol -> (Protocol, Catalog): the root listed once and sorted by each protocol with
+    the code the DataModules run (their ``make_catalog``, at their defaults), from the
+    datasets' Lightning-free layout modules: the scan imports neither torch nor Lightning."""
     if dataset == "toyota_smarthome":
-        from dna_video.data.smarthome import PROTOCOLS, ToyotaSmarthome
+        from dna_video.data import smarthome_layout as layout
 
-        return {p: ToyotaSmarthome(root, protocol=p, num_workers=0) for p in PROTOCOLS}
-    if dataset == "ntu60":
-        from dna_video.data.ntu import PROTOCOLS, NTURGBD60
+        files, folder = layout.list_smarthome_files(root)
 
-        return {p: NTURGBD60(root, protocol=p, exclude_file=exclude_file, num_workers=0) for p in PROTOCOLS}
-    return {}
+        def make(protocol):
+            return layout.smarthome_catalog(files, protocol)
+    elif dataset == "ntu60":
+        from dna_video.data import ntu_layout as layout
+
+        files, folder = layout.list_ntu_files(root)
+        exclude = layout.read_sample_list(exclude_file) if exclude_file else set()
+
+        def make(protocol):
+            return layout.ntu_catalog(files, protocol, exclude)
+    else:
+        return {}
+    catalogs = {}
+    for name, protocol in layout.PROTOCOLS.items():
+        catalog = make(protocol)
+        catalog.log_summary(folder)
+        catalogs[name] = (protocol, catalog)
+    return catalogs
 
 
 def scan(dataset: str, root: str, exclude_file: str | None = None) -> tuple[list[Path], dict[str, dict]]:
@@ -70,31 +87,30 @@ def scan(dataset: str, root: str, exclude_file: str | None = None) -> tuple[list
     """
     reports: dict[str, dict] = {}
     files: set[str] = set()
-    datamodules = _datamodules(dataset, root, exclude_file)
-    listing = next(iter(datamodules.values())).list_files() if datamodules else None
-    for name, dm in datamodules.items():
-        catalog = dm.catalog(listing)  # the root listed once for every protocol
+    for name, (protocol, catalog) in _catalogs(dataset, root, exclude_file).items():
         splits = {}
+        records = catalog.records
         for split in ("train", "val", "test"):
-            records = catalog.records.get(split, [])
+            table = records.get(split)
             splits[split] = {
-                "videos": len(records),
-                "expected": dm.protocol.expected_videos.get(split),
-                "classes": len({r.label for r in records}),
-                "num_classes": dm.num_classes,
+                "videos": 0 if table is None else len(table),
+                "expected": protocol.expected_videos.get(split),
+                "classes": 0 if table is None else len(np.unique(table.labels)),
+                "num_classes": len(protocol.classes),
                 # NTU without a carved-out validation split validates on the test split.
-                "same_as_test": split == "val" and split not in dm.protocol.splits,
+                "same_as_test": split == "val" and split not in protocol.splits,
             }
-        reports[name] = {"description": dm.protocol.description, "splits": splits,
+        reports[name] = {"description": protocol.description, "splits": splits,
                          "excluded": catalog.excluded_counts()}
         # Every well-named video is part of the dataset copy, also those a protocol leaves out.
-        files |= {r.path for records in catalog.records.values() for r in records}
+        for table in records.values():
+            files.update(table.paths)
         for reason, paths in catalog.excluded_by_reason().items():
             if reason not in catalog.foreign_reasons:
-                files |= set(paths)
+                files.update(paths)
     if dataset == "videos":
-        files = {str(p) for p in Path(root).rglob("*") if p.suffix.lower() in VIDEO_SUFFIXES and p.is_file()}
-    return sorted(Path(f) for f in files), reports
+        files = {str(p) for p in Path(root).rglob("*") if is_video_name(p) and p.is_file()}
+    return [Path(f) for f in sort_paths(files)], reports
 
 
 def validate_file(path: str) -> dict:

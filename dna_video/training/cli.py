@@ -131,6 +131,13 @@ class DnACLI(LightningCLI):
             help="After fit, test the best checkpoint (fit subcommand only).",
         )
         parser.add_argument(
+            "--last_every_n_steps",
+            type=int,
+            default=0,
+            help="Also write last.ckpt every N optimiser steps (0: only at the end of each epoch), so a killed "
+            "run loses at most N steps; --ckpt_path last goes on inside the epoch (docs/reliability.md).",
+        )
+        parser.add_argument(
             "--overwrite",
             type=bool,
             default=False,
@@ -218,6 +225,9 @@ class DnACLI(LightningCLI):
             # writes it when the monitored checkpoint is written too, so it gets a callback of
             # its own.
             callbacks.append(ModelCheckpoint(filename="last", monitor=None, save_top_k=1, enable_version_counter=False))
+            if config.get("last_every_n_steps"):  # the same file, also inside epochs
+                callbacks.append(ModelCheckpoint(filename="last", monitor=None, save_top_k=1, enable_version_counter=False,
+                                                 every_n_train_steps=config.last_every_n_steps))
         # A rich progress bar unless the config turns progress bars off (Lightning refuses both).
         if config.trainer.get("enable_progress_bar") is not False:
             callbacks.append(RichProgressBar())
@@ -262,6 +272,10 @@ class DnACLI(LightningCLI):
             # The best checkpoint's path (not "best", which makes Lightning warn about our two
             # ModelCheckpoint callbacks).
             ckpt = (self.trainer.checkpoint_callback.best_model_path or None) if self.trainer.checkpoint_callback else None
+            if self.trainer.is_global_zero:  # after ddp_fork / ddp_spawn, the test's processes reopen the run's CSV
+                for logger in self.trainer.loggers:
+                    if isinstance(logger, CSVLogger):
+                        keep_csv_metrics(logger)
             self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
         log_dir = self.trainer.log_dir  # on every rank: a broadcast under DDP
         if self.trainer.is_global_zero and log_dir:

@@ -77,7 +77,7 @@ class EvaluationReportWriter(Callback):
         if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
             parts: list[Any] = [None] * trainer.world_size
             dist.all_gather_object(parts, self._outputs)
-            return [out for part in parts for out in part]
+            return _in_dataset_order([out for part in parts for out in part], trainer)
         return list(self._outputs)
 
     def _folder(self, trainer: L.Trainer) -> Path:
@@ -108,6 +108,21 @@ class EvaluationReportWriter(Callback):
             report["mca"], report["ece"], report["rms_calibration_error"], report["aurra"], folder, metrics.name,
             self.prefix, self.prefix,
         )
+
+
+def _in_dataset_order(outputs: list[dict[str, Any]], trainer: L.Trainer) -> list[dict[str, Any]]:
+    """The videos of every process's outputs as one output, in the test set's order (each
+    process holds every world-size-th video): the report and its CSV are the single process's."""
+    if not outputs:
+        return outputs
+    paths = [p for out in outputs for p in out["path"]]
+    dataset = getattr(trainer.test_dataloaders, "dataset", None)
+    records = getattr(dataset, "records", None)
+    place = {p: i for i, p in enumerate(getattr(records, "paths", None) or [r.path for r in records or []])}
+    order = sorted(range(len(paths)), key=lambda i: (place.get(paths[i], len(place)), i))
+    index = torch.tensor(order, dtype=torch.long)
+    return [{"path": [paths[i] for i in order],
+             **{key: torch.cat([torch.as_tensor(out[key]) for out in outputs])[index] for key in ("label", "probs", "pred")}}]
 
 
 # The 0.1 name (dna_video.callbacks.test_report.TestReportWriter), kept for one release.

@@ -61,9 +61,11 @@ class RunState(Callback):
         self._restored_rng: dict[str, Any] | None = None
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.experiment is not None and trainer.logger is not None and trainer.is_global_zero:
-            checkpoint_dir = next((c.dirpath for c in trainer.checkpoint_callbacks if c.dirpath), None)
-            record_run(self.experiment, trainer.logger.version, trainer.log_dir, checkpoint_dir)
+        if self.experiment is not None and trainer.logger is not None:
+            log_dir = trainer.log_dir  # a broadcast under DDP: every rank asks (rank 0 alone would wait forever)
+            if trainer.is_global_zero:
+                checkpoint_dir = next((c.dirpath for c in trainer.checkpoint_callbacks if c.dirpath), None)
+                record_run(self.experiment, trainer.logger.version, log_dir, checkpoint_dir)
         # Restored here, the last hook before the training data loader draws its order
         # (restoring the loops and the sanity check, which isolates its randomness, come between).
         if self._restored_rng is not None:
