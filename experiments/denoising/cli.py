@@ -7,6 +7,7 @@
     python -m experiments.denoising --dry-run              # the plan: every cell, finished or not
     python -m experiments.denoising --table                # the report from experiments/results/denoising.csv
     python -m experiments.denoising --plots                # its figure (experiments/results/denoising_differences.png)
+    python -m experiments.denoising --update-docs          # the README's and docs' generated blocks, from the CSV
     python -m experiments.denoising --quick --out /tmp/dn --allow-dirty   # a tiny grid end to end (a test's)
 
 The design (data, cells, comparisons) is :mod:`experiments.denoising.design`; the preregistered
@@ -70,6 +71,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dry-run", action="store_true", help="print the cells and stop")
     parser.add_argument("--table", action="store_true", help="print the report from the CSV and stop")
     parser.add_argument("--plots", action="store_true", help="draw the report's figure from the CSV and stop")
+    parser.add_argument("--update-docs", action="store_true",
+                        help="rewrite the generated blocks of README.md and docs/denoising.md from the CSV and stop")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)  # the worktree's process
     return parser
 
@@ -200,6 +203,12 @@ def main(argv: list[str] | None = None) -> int:
         except FileNotFoundError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
+        return 0
+    if args.update_docs:
+        from experiments.denoising import docs
+
+        for path in docs.update(report.read_csv(csv_path), plan):
+            print(f"rewritten: {path}")
         return 0
     if args.plots:
         for path in report.plots(report.read_csv(csv_path), plan, csv_path.parent):

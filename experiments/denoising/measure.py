@@ -1,8 +1,12 @@
 """The measures of one finished run, on its final checkpoint (last epoch; no selection):
 
 * per held-out set: top-1; on the cue-conflicting videos (the distractor's motion points to a
-  wrong label) top-1 and the rate at which the prediction IS the label the cue points to;
-* on the shifted set: top-1 with the negative branch switched off (kinds that have one);
+  wrong label) top-1 and the rate at which the prediction IS the label the cue points to; where
+  every prediction goes (:func:`set_metrics`: the true class, the cue's label, the distractor's
+  OWN motion class, another), the distractor confusion among them; every video's prediction
+  (the record, so that all of it can be recounted from the data's labels and ``cues.json``);
+* on the shifted set: top-1 and distractor confusion with the negative branch switched off
+  (kinds that have one);
 * on a fixed subset of the shifted set (the first ``map_videos``), the mechanism per spatial
   block and head (:func:`dna_video.analysis.denoising.mechanism`): attention mass on actor /
   distractors / background relative to their area, per map; the correlation of the positive
@@ -12,6 +16,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 
 import torch
 
@@ -23,11 +29,28 @@ __all__ = ["measure", "set_metrics"]
 
 def set_metrics(probs: torch.Tensor, labels: torch.Tensor, cue_labels: torch.Tensor | None) -> dict:
     """top-1; on the videos whose cue points to another label (cue-conflicting): top-1 and the
-    share of predictions equal to the cue's label. Fractions in [0, 1]; None where undefined."""
+    share of predictions equal to the cue's label. Fractions in [0, 1]; None where undefined.
+
+    With cue labels, where each prediction goes, a partition of the videos (``outcomes``, counts):
+    ``true`` (the label), ``cue`` (the label the cue points to, when that is not the label),
+    ``distractor`` (the distractor's own motion class pi(cue), :func:`~dna_video.data.scenes.cue_motion`,
+    when that is not the label) and ``other``. The cue's label and the distractor's class never
+    coincide (pi is a derangement); the distractor's class IS the label where the cue points to
+    pi^-1(label) (``distractor_is_label`` videos: a quarter of a fully conflicting set), and those
+    predictions count as ``true``. ``distractor_confusion``: the share of ALL the set's videos
+    predicted as the distractor's class when it is not the label (the model took the
+    distractor's motion for the actor's); ``predicted``: every video's class, one digit each."""
+    from dna_video.data.scenes import cue_motion
+
     predicted = probs.argmax(dim=1)
-    out = {"top1": float((predicted == labels).double().mean()), "videos": int(len(labels))}
+    classes = probs.shape[1]
+    if classes > 10:
+        raise ValueError(f"set_metrics: {classes} classes; the record writes one digit per prediction (at most 10)")
+    correct = predicted == labels
+    out = {"top1": float(correct.double().mean()), "videos": int(len(labels)),
+           "predicted": "".join(str(p) for p in predicted.tolist())}
     if cue_labels is None:
-        return out | {"conflict_top1": None, "cue_follow": None, "conflicting": 0}
+        return out | {"conflict_top1": None, "cue_follow": None, "conflicting": 0, "distractor_confusion": None}
     conflicting = cue_labels != labels
     count = int(conflicting.sum())
     out["conflicting"] = count
@@ -36,6 +59,13 @@ def set_metrics(probs: torch.Tensor, labels: torch.Tensor, cue_labels: torch.Ten
         out["cue_follow"] = float((predicted[conflicting] == cue_labels[conflicting]).double().mean())
     else:
         out["conflict_top1"] = out["cue_follow"] = None
+    distractor = cue_motion(cue_labels, classes)
+    to_cue = (predicted == cue_labels) & conflicting
+    to_distractor = (predicted == distractor) & (distractor != labels)
+    out["outcomes"] = {"true": int(correct.sum()), "cue": int(to_cue.sum()), "distractor": int(to_distractor.sum()),
+                       "other": int((~(correct | to_cue | to_distractor)).sum())}
+    out["distractor_is_label"] = int((distractor == labels).sum())
+    out["distractor_confusion"] = float(to_distractor.double().mean())
     return out
 
 
@@ -124,14 +154,21 @@ def measure(cell: Cell, layout: Layout) -> dict:
             raise RuntimeError(f"{name}: {len(result['index'])} of the test split's videos were predicted")
         cues = torch.tensor(datamodule.cue_labels("test")) if datamodule.scene["level"] == "cue" else None
         metrics = set_metrics(result["probs"], result["labels"], cues)
+        # ``predicted`` follows the split's records: their file names' digest lets a reader
+        # match every digit to its video (and its label and cue, from the name and cues.json).
+        names = "\n".join(Path(record.path).name for record in datamodule.datasets["test"].records)
+        metrics["order_sha256"] = hashlib.sha256(names.encode()).hexdigest()
         details["sets"][name] = metrics
         column = "calibration" if name.startswith("calibrate") else name
-        for key in ("top1", "conflict_top1", "cue_follow"):
+        for key in ("top1", "conflict_top1", "cue_follow", "distractor_confusion"):
             row[f"{column}_{key}"] = metrics[key]
         if again:
             with negative_branch_off(net):
                 off = predict(net, datamodule.test_dataloader())
-            row["shifted_top1_negative_off"] = float((off["probs"].argmax(1) == off["labels"]).double().mean())
+            metrics_off = set_metrics(off["probs"], off["labels"], cues)
+            details["sets"][f"{name}_negative_off"] = metrics_off
+            row["shifted_top1_negative_off"] = metrics_off["top1"]
+            row["shifted_distractor_confusion_negative_off"] = metrics_off["distractor_confusion"]
     if "shifted" in layout.sets_of(cell):
         videos = QUICK["map_videos"] if layout.quick else int(layout.plan["map_videos"])
         datamodule = _datamodule(saved, layout.set_args("shifted"), with_masks=True, test_subset=videos)

@@ -85,11 +85,10 @@ def fit_command(cell: Cell, layout: Layout) -> list[str]:
         command += ["--model.init.source", str(final_checkpoint(cell.start.folder(layout.runs)))]
         if cell.dna_init != "-":
             command += ["--model.init.dna_init", cell.dna_init]
-    last = folder / "checkpoints" / "last.ckpt"
-    if last.is_file():
-        command += ["--ckpt_path", str(last)]  # an interrupted fit continues
-    elif folder.is_dir():
-        command += ["--overwrite", "true"]  # a fit that died before its first checkpoint starts over
+    if folder.is_dir():
+        # An interrupted fit starts over: continuing from its last.ckpt need not give the
+        # uninterrupted run's row (the loop's random state), and a fit takes minutes.
+        command += ["--overwrite", "true"]
     return command
 
 
@@ -163,6 +162,10 @@ def run_cell(cell: Cell, layout: Layout, code: Path, launcher: ForkedCli | None 
     folder = cell.folder(layout.runs)
     started = time.time()
     if not (folder / "fit.done").is_file():
+        if folder.is_dir():  # what an interrupted fit left (its log stays, appended to)
+            import shutil
+
+            shutil.rmtree(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
         command = fit_command(cell, layout)
         record = cell_record(cell, layout, command, code)
@@ -180,6 +183,11 @@ def run_cell(cell: Cell, layout: Layout, code: Path, launcher: ForkedCli | None 
         record["fit_seconds"] = round(time.time() - started, 1)
         _write_json(folder / "provenance.json", record)
         (folder / "fit.done").write_text("")
+    provenance = json.loads((folder / "provenance.json").read_text())
+    commit = tree_state(code).commit
+    if provenance["commit"] != commit:  # a row holds one commit: the fit's and the measure's
+        return (f"fitted at {provenance['commit'][:12]} but measured now at {commit[:12]}: continue with "
+                f"`--at {provenance['commit'][:12]}`, or remove {folder.parent} to run it again here")
     try:
         result = measure(cell, layout)
     except Exception as exc:  # noqa: BLE001 - reported with the cell; the other cells go on
@@ -187,8 +195,8 @@ def run_cell(cell: Cell, layout: Layout, code: Path, launcher: ForkedCli | None 
 
         traceback.print_exc()
         return f"measuring failed: {type(exc).__name__}: {exc}"
-    provenance = json.loads((folder / "provenance.json").read_text())
     result["row"].update(commit=provenance["commit"] + ("+dirty" if provenance["dirty"] else ""),
+                         cpu=provenance["cpu"], cpu_capability=provenance["cpu_capability"],
                          threads=provenance["torch_threads"], fit_seconds=provenance["fit_seconds"])
     result["provenance"] = provenance
     _write_json(folder / "cell.json", result)
