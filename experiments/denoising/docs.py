@@ -5,18 +5,23 @@ they state comes from the committed CSV and plan through :mod:`.report`, between
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 from experiments.denoising import report
-from experiments.denoising.design import REPO
+from experiments.denoising.design import REPO, RESULTS
 
 __all__ = ["sections", "update"]
 
 
-def sections(rows: list[dict], plan: dict) -> dict[str, dict[str, str]]:
-    """File (relative to the repository) -> marker -> the text between its markers."""
-    return {
+def sections(rows: list[dict], plan: dict, sensitivity_csv: Path = RESULTS / "denoising_sensitivity.csv"
+             ) -> dict[str, dict[str, str]]:
+    """File (relative to the repository) -> marker -> the text between its markers (the
+    reproducibility table once its record exists)."""
+    from experiments.denoising import sensitivity
+
+    out = {
         "README.md": {
             "denoising comparisons": report.comparison_table(rows, plan) + "\n\n" + report.confusion_table(rows, plan),
             "denoising verdict": report.verdict(rows, plan),
@@ -26,6 +31,12 @@ def sections(rows: list[dict], plan: dict) -> dict[str, dict[str, str]]:
             "denoising data": report.data_text(plan),
         },
     }
+    if sensitivity_csv.is_file():
+        records = sensitivity_csv.with_suffix("")
+        cells = {json.loads(p.read_text())["cell"] for p in records.glob("*.json")}
+        out["docs/denoising.md"]["denoising sensitivity"] = sensitivity.table(
+            sensitivity.read(sensitivity_csv), cells.pop() if len(cells) == 1 else None)
+    return out
 
 
 def update(rows: list[dict], plan: dict, repo: Path = REPO) -> list[Path]:

@@ -21,16 +21,17 @@ __all__ = ["Layout", "fit_command", "run_cell", "render_data", "cell_record"]
 class Layout:
     """Where an experiment's data and runs live under ``out``."""
 
-    def __init__(self, out: Path, plan: dict, quick: bool) -> None:
+    def __init__(self, out: Path, plan: dict, quick: bool, test_data: Path | None = None) -> None:
         self.out, self.plan, self.quick = out, plan, quick
         self.runs = out / "runs"
         self.data = out / "data"
+        self.test_data = test_data  # the held-out sets' folder when not ``data`` (a second render's runs)
 
     def train_root(self, task: str) -> Path:
         return self.data / task
 
     def test_root(self, name: str) -> Path:
-        return self.data / f"test_{name}"
+        return (self.test_data or self.data) / f"test_{name}"
 
     def set_args(self, name: str) -> dict:
         """SyntheticDistractors arguments whose test split is the held-out set ``name`` (or,
@@ -153,7 +154,8 @@ def cell_record(cell: Cell, layout: Layout, command: list[str], code: Path) -> d
     return record
 
 
-def run_cell(cell: Cell, layout: Layout, code: Path, launcher: ForkedCli | None = None) -> str | None:
+def run_cell(cell: Cell, layout: Layout, code: Path, launcher: ForkedCli | None = None,
+             fit_env: dict[str, str] | None = None) -> str | None:
     """Fit (unless finished) and measure ``cell``; None when done, else what failed. The fit runs
     its command as a process of its own, or through ``launcher`` (the same command forked from a
     process that imported the toolkit once)."""
@@ -174,7 +176,8 @@ def run_cell(cell: Cell, layout: Layout, code: Path, launcher: ForkedCli | None 
             log.write(f"$ {record['command']}\n")
             log.flush()
             if launcher is None:
-                code_ = subprocess.run(command, cwd=code, env=single_thread_env(code), stdout=log,
+                env = single_thread_env(code) | (fit_env or {})  # fit_env: the sensitivity runs' changes
+                code_ = subprocess.run(command, cwd=code, env=env, stdout=log,
                                        stderr=subprocess.STDOUT).returncode
             else:
                 code_ = launcher.run(command, code, log_path)

@@ -1,0 +1,172 @@
+"""An independent recount of the denoising experiment's published tables: reads the results CSV
+(and, for the even-spread column and the cue shares, the rendered test sets' own files), computes
+every number of the tables on where the predictions go and on distractor confusion with its own
+code (csv, statistics and scipy only: nothing of ``experiments.denoising`` or ``dna_video``), and
+compares them cell by cell with what README.md and docs/denoising.md print.
+
+    python experiments/denoising_recount.py [--csv experiments/results/denoising.csv] [--data runs/denoising/data]
+
+Exit 0 when every compared cell agrees (to the printed precision), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import re
+import statistics
+import sys
+from pathlib import Path
+
+from scipy import stats
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def arm(row: dict) -> tuple[str, str]:
+    return row["group"], row["variant"] + ("" if row["dna_init"] in ("", "-") else "_" + row["dna_init"])
+
+
+def mean_of(rows: list[dict], key: str) -> float | None:
+    values = [float(r[key]) for r in rows if r.get(key)]
+    return sum(values) / len(values) if values else None
+
+
+def labels_and_cues(folder: Path) -> tuple[dict[str, int], dict[str, int]]:
+    classes = json.loads((folder / "distractors.json").read_text())["classes"]
+    labels = {p.name: classes.index(re.fullmatch(r"(.+)_p\d+_r\d+_v\d+_c\d+\.mp4", p.name).group(1))
+              for p in folder.glob("*.mp4")}
+    return labels, json.loads((folder / "cues.json").read_text())
+
+
+def paired(a: list[float], b: list[float], alpha: float = 0.05, power: float = 0.8) -> dict:
+    d = [x - y for x, y in zip(a, b)]
+    n = len(d)
+    mean, sd = statistics.mean(d), statistics.stdev(d)
+    t = stats.t.ppf(1 - alpha / 2, n - 1)
+    half = t * sd / math.sqrt(n)
+    p = stats.ttest_rel(a, b).pvalue if sd > 0 else (1.0 if mean == 0 else 0.0)
+    mde = (t + stats.t.ppf(power, n - 1)) * sd / math.sqrt(n)
+    return {"n": n, "mean": mean, "low": mean - half, "high": mean + half, "p": float(p), "mde": mde}
+
+
+def table_rows(text: str, header_start: str) -> list[list[str]]:
+    """The cells of the markdown table whose header line starts with ``header_start``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    out = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        out.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--csv", default=str(REPO / "experiments/results/denoising.csv"))
+    parser.add_argument("--data", default=str(REPO / "runs/denoising/data"), help="the grid's rendered data")
+    args = parser.parse_args(argv)
+    with open(args.csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    checked, wrong = 0, []
+
+    def check(where: str, printed: str, value: float | None, digits: int = 1, scale: float = 100.0) -> None:
+        nonlocal checked
+        mine = "-" if value is None else f"{scale * value:.{digits}f}"
+        if printed.lstrip("+") != mine.lstrip("+") and not (printed.startswith("+") and mine == printed[1:]):
+            wrong.append(f"{where}: printed {printed}, recounted {mine}")
+        checked += 1
+
+    # 1. Where the predictions go, per arm (docs/denoising.md).
+    shifted = Path(args.data) / "test_shifted"
+    share_is_label = None
+    if shifted.is_dir():
+        labels, cues = labels_and_cues(shifted)
+        share_is_label = sum((cues[v] + 1) % 5 == labels[v] for v in labels) / len(labels)
+        print(f"shifted set ({len(labels)} videos, its files): the distractor performs the label's motion in "
+              f"{100 * share_is_label:.1f}%, cue-conflicting {100 * sum(cues[v] != labels[v] for v in labels) / len(labels):.1f}%")
+        inside_labels, inside_cues = labels_and_cues(Path(args.data) / "test_in_distribution")
+        conflicting = sum(inside_cues[v] != inside_labels[v] for v in inside_labels)
+        print(f"in-distribution set: {conflicting} of {len(inside_labels)} cue-conflicting")
+        docs_text = (REPO / "docs/denoising.md").read_text()
+        if f"{conflicting:,} of {len(inside_labels):,} ({100 * conflicting / len(inside_labels):.1f}%)" not in docs_text:
+            wrong.append("docs: the in-distribution set's cue-conflicting count")
+        checked += 1
+    docs = (REPO / "docs/denoising.md").read_text()
+    arms: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        if row["task"] == "target":
+            arms.setdefault(arm(row), []).append(row)
+    printed = {(c[0], c[1]): c for c in table_rows(docs, "| group | arm | runs | true |")}
+    for key, members in arms.items():
+        true, cue, distractor = (mean_of(members, k) for k in ("shifted_top1", "shifted_cue_follow",
+                                                               "shifted_distractor_confusion"))
+        if distractor is None:
+            continue
+        cells = printed.get(key)
+        if cells is None:
+            wrong.append(f"docs: no outcomes line for {key}")
+            continue
+        where = "/".join(key)
+        check(f"{where} runs", cells[2], len(members), 0, 1)
+        check(f"{where} true", cells[3], true)
+        check(f"{where} cue", cells[4], cue)
+        check(f"{where} distractor", cells[5], distractor)
+        check(f"{where} other", cells[6], 1 - true - cue - distractor)
+        even_cue, even_distractor = (c.strip() for c in cells[7].split("/"))
+        check(f"{where} even cue", even_cue, (1 - true) / 4)
+        if share_is_label is not None:
+            check(f"{where} even distractor", even_distractor, (1 - true) * (1 - share_is_label) / 4)
+        check(f"{where} in-dist. confusion", cells[8], mean_of(members, "in_distribution_distractor_confusion"))
+        check(f"{where} negative off", cells[9], mean_of(members, "shifted_distractor_confusion_negative_off"))
+        plus, minus = (c.strip() for c in cells[10].split("/"))
+        check(f"{where} mass +", plus, mean_of(members, "mass_ratio_positive_distractors"), 2, 1)
+        check(f"{where} mass -", minus, mean_of(members, "mass_ratio_negative_distractors"), 2, 1)
+
+    # 2. The distractor-confusion comparisons (README), the confirmatory one first.
+    readme = (REPO / "README.md").read_text()
+    block = readme[readme.index("Distractor confusion: the share"):]
+    names = {"dna_random": ("primary", "dna_random"), "scaled_copy": ("finetune_init", "dna_scaled_copy"),
+             "orthogonal": ("finetune_init", "dna_orthogonal")}
+    for cells in table_rows(block, "| comparison |"):
+        name, metric = cells[0], cells[1]
+        column = {"shifted confusion": "shifted_distractor_confusion",
+                  "in-dist. confusion": "in_distribution_distractor_confusion"}[metric]
+        if "confirmatory" in name:
+            a_arm, b_arm = ("confirm", name.split(": ")[-1].split(" - ")[0]), ("confirm", "softmax")
+        elif name.startswith("from scratch"):
+            a_arm, b_arm = ("scratch", name.split(": ")[1].split(" - ")[0]), ("scratch", "softmax")
+        elif name.startswith("fine-tuned"):
+            init = re.search(r"\((\w+)\)", name).group(1)
+            a_arm, b_arm = names["dna_random" if init == "random" else init], ("primary", "softmax")
+        else:
+            a_arm, b_arm = ("dna_pretrained", "dna"), ("primary", "softmax")
+        a = {r["seed"]: float(r[column]) for r in arms.get(a_arm, []) if r.get(column)}
+        b = {r["seed"]: float(r[column]) for r in arms.get(b_arm, []) if r.get(column)}
+        seeds = sorted(set(a) & set(b), key=int)
+        check(f"{name} pairs", cells[2].split()[0], len(seeds), 0, 1)
+        if len(seeds) < 2:
+            continue
+        result = paired([a[s] for s in seeds], [b[s] for s in seeds])
+        check(f"{name} a", cells[4], statistics.mean(a[s] for s in seeds))
+        check(f"{name} b", cells[5], statistics.mean(b[s] for s in seeds))
+        diff = re.fullmatch(r"([+-][\d.]+) \[([+-][\d.]+), ([+-][\d.]+)\]", cells[6])
+        check(f"{name} a - b", diff.group(1), result["mean"])
+        check(f"{name} low", diff.group(2), result["low"])
+        check(f"{name} high", diff.group(3), result["high"])
+        check(f"{name} p", cells[7], result["p"], 3, 1)
+        check(f"{name} MDE", cells[8], result["mde"])
+        print(f"{name}: {len(seeds)} pairs, {100 * result['mean']:+.2f} points "
+              f"[{100 * result['low']:+.2f}, {100 * result['high']:+.2f}], p {result['p']:.4f}, MDE {100 * result['mde']:.2f}")
+
+    print(f"\n{checked} printed numbers recounted; {len(wrong)} disagree")
+    for line in wrong:
+        print("  " + line)
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
