@@ -185,22 +185,16 @@ class ForkedCli:
     cell as a plain process).
 
     ``env`` is the runs' environment (:func:`single_thread_env`); the server is started with it,
-    before the caller's threads exist (a fork server is single-threaded, so forking it is safe).
-    ``warm_up``: a ``cli.py`` command line (without ``python cli.py``) the server parses once
-    (:mod:`experiments._forkserver_warmup`), so that each run's parse finds jsonargparse's caches
-    filled."""
+    before the caller's threads exist (a fork server is single-threaded, so forking it is safe)."""
 
-    def __init__(self, env: dict[str, str], warm_up: list[str] | None = None) -> None:
-        import json
+    def __init__(self, env: dict[str, str]) -> None:
         import multiprocessing
         from multiprocessing import forkserver
 
-        from experiments._forkserver_warmup import WARMUP_ENV
-
         self._context = multiprocessing.get_context("forkserver")
-        self._context.set_forkserver_preload(list(CLI_PRELOAD) + (["experiments._forkserver_warmup"] if warm_up else []))
+        self._context.set_forkserver_preload(list(CLI_PRELOAD))
         # cli.py's own default, read once when torch loads in the server (see cli.py).
-        env = {"OMP_WAIT_POLICY": "PASSIVE", **env, **({WARMUP_ENV: json.dumps(warm_up)} if warm_up else {})}
+        env = {"OMP_WAIT_POLICY": "PASSIVE", **env}
         global _server_env
         if _server_env is not None and _server_env != env:
             forkserver._forkserver._stop()  # one server per process: started again with this environment

@@ -342,3 +342,89 @@ def test_the_verdict_answers_the_confirmatory_question_only_with_all_its_pairs()
     assert "has" not in text.split("confirmatory question")[1][:40]
     partial = " ".join(report.verdict(rows[:-1], plan).split())
     assert f"has {n - 1} of its {n} planned pairs: no test is made" in partial and "lowers" not in partial
+
+
+def test_an_interrupted_fit_starts_over_and_a_fit_is_measured_only_at_its_commit(tmp_path, monkeypatch):
+    """Resuming a stretch: a fit that died (folder, checkpoints, no fit.done) is run again from
+    nothing, never continued from its last.ckpt; a finished fit of another commit is not
+    measured here (its row would hold one commit for code of two)."""
+    from experiments.denoising import measure, runs
+    from experiments.reproducible import tree_state
+
+    plan = design.load_plan()
+    layout = runs.Layout(tmp_path, plan, quick=True)
+    cell = design.Cell("scratch", "softmax", 0)
+    folder = cell.folder(layout.runs)
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "last.ckpt").write_text("from the interrupted fit")
+    commands = []
+
+    class Launcher:
+        def run(self, command, cwd, log):
+            commands.append(command)
+            assert not folder.exists()  # what the interrupted fit left is gone
+            (folder / "checkpoints").mkdir(parents=True)
+            (folder / "checkpoints" / "last.ckpt").write_text("new")
+            return 0
+
+    monkeypatch.setattr(measure, "measure", lambda cell, layout: {"row": {"group": cell.group}, "details": {}})
+    assert runs.run_cell(cell, layout, REPO, Launcher()) is None
+    assert len(commands) == 1 and "--ckpt_path" not in commands[0] and "--overwrite" not in commands[0]
+    assert (folder / "fit.done").is_file() and json.loads((folder / "cell.json").read_text())["row"]["commit"]
+    # A finished cell is not fitted again; one fitted at another commit is refused, named.
+    assert runs.run_cell(cell, layout, REPO, Launcher()) is None and len(commands) == 1
+    provenance = json.loads((folder / "provenance.json").read_text())
+    assert provenance["commit"] == tree_state(REPO).commit
+    provenance["commit"] = "0" * 40
+    (folder / "provenance.json").write_text(json.dumps(provenance))
+    (folder / "cell.json").unlink()
+    error = runs.run_cell(cell, layout, REPO, Launcher())
+    assert error.startswith("fitted at 000000000000 but measured now at") and "--at 000000000000" in error
+    assert not (folder / "cell.json").exists() and len(commands) == 1
+
+
+def test_update_docs_rewrites_only_the_generated_blocks(tmp_path, monkeypatch):
+    from experiments.denoising import docs
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("intro\n<!-- a -->\nold\n<!-- end a -->\noutro\n")
+    (tmp_path / "docs" / "denoising.md").write_text("<!-- b -->\n<!-- end b -->\n")
+    monkeypatch.setattr(docs, "sections", lambda rows, plan: {"README.md": {"a": "new\ntext"},
+                                                              "docs/denoising.md": {"b": "x"}})
+    assert docs.update([], {}, tmp_path) == [tmp_path / "README.md", tmp_path / "docs" / "denoising.md"]
+    assert (tmp_path / "README.md").read_text() == "intro\n<!-- a -->\nnew\ntext\n<!-- end a -->\noutro\n"
+    assert docs.update([], {}, tmp_path) == []  # nothing left to change
+    (tmp_path / "README.md").write_text("no markers\n")
+    with pytest.raises(ValueError, match="README.md: no '<!-- a -->'"):
+        docs.update([], {}, tmp_path)
+
+
+def test_the_sensitivity_table_says_which_runs_repeat_the_first():
+    from experiments.denoising import sensitivity
+
+    def row(change, what, top1, weights, data="d1", capability="AVX512", threads="1"):
+        return {"change": change, "what": what, "in_distribution_top1": "0.5", "shifted_top1": str(top1),
+                "shifted_distractor_confusion": "0.25", "weights_sha256": weights, "train_data_sha256": data,
+                "cpu_capability_in_fit": capability, "threads_in_fit": threads, "cpu": "Xeon", "commit": "abc" * 14,
+                "same_weights_as_none": "yes" if weights == "w" else "no"}
+
+    rows = [row("none", "none", 0.4, "w"), row("kernels_avx2", "torch's kernel path AVX2", 0.3125, "v", capability="AVX2"),
+            row("rerendered", "the training videos rendered again", 0.4, "w")]
+    text = sensitivity.table(rows, "scratch/dna/seed0")
+    assert "| torch's kernel path AVX2 | AVX2, 1 | 50.0 | 31.2 | 25.0 | no |" in text
+    assert "| none | AVX512, 1 | 50.0 | 40.0 | 25.0 | yes |" in text
+    assert "byte for byte the first's" in text and "`scratch/dna/seed0`" in text
+    assert "NOT the first's bytes" in sensitivity.table(rows[:2] + [row("rerendered", "again", 0.4, "w", data="d2")])
+
+
+def test_an_independent_recount_agrees_with_the_published_tables(capsys):
+    """experiments/denoising_recount.py (its own arithmetic on the CSV) finds every number of the
+    README's confusion comparisons and the docs' per-arm outcomes as printed."""
+    _committed_rows()
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("recount", REPO / "experiments" / "denoising_recount.py")
+    recount = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recount)
+    assert recount.main([]) == 0, capsys.readouterr().out
+    assert " 0 disagree" in capsys.readouterr().out

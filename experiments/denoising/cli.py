@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     # The fits fork from a process that imported the toolkit once, started here (before any
     # thread) so that its imports overlap the rendering; --only reruns a cell as a plain
     # process, so it also checks that both give one row.
-    launcher = ForkedCli(single_thread_env(code), warm_up=["fit", "--config", str(design.CONFIG)])
+    launcher = ForkedCli(single_thread_env(code))
     needed = sorted({c.task for c in cells} | {s for c in cells for s in layout.sets_of(c)} - {"source"})
     render_data(layout, needed)
     # The CSV holds every finished cell of the plan, the calibration's included.
