@@ -428,3 +428,24 @@ def test_an_independent_recount_agrees_with_the_published_tables(capsys):
     spec.loader.exec_module(recount)
     assert recount.main([]) == 0, capsys.readouterr().out
     assert " 0 disagree" in capsys.readouterr().out
+
+
+def test_the_pilot_report_sizes_the_confirmatory_question_from_the_scratch_pairs():
+    """n = the smallest number of pairs from min_pairs to max_pairs whose MDE at the plan's
+    power, from the sd of the scratch pairs' differences, is at most 3 points (scipy's t by hand)."""
+    import math
+
+    from scipy.stats import t
+
+    plan = design.load_plan()
+    spec = plan["confirmatory"]
+    diffs = [-0.10, -0.02, 0.03, -0.06, 0.01]  # dna - softmax over 5 pairs
+    rows = [_row("scratch", "softmax", s, shifted_distractor_confusion=0.4) for s in range(5)]
+    rows += [_row("scratch", spec["variant"], s, shifted_distractor_confusion=0.4 + d) for s, d in enumerate(diffs)]
+    mean = sum(diffs) / 5
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / 4)
+    n = next(k for k in range(spec["min_pairs"], spec["max_pairs"] + 1)
+             if (t.ppf(1 - spec["alpha"] / 2, k - 1) + t.ppf(spec["power"], k - 1)) * sd / math.sqrt(k) <= spec["target_mde"])
+    text = report.pilot_report(rows, plan)
+    assert f"confirmatory pilot (group scratch, shifted_distractor_confusion): 5 pairs, difference {100 * mean:+.1f}" in text
+    assert f"confirmatory pairs: {n}  (the smallest n >= {spec['min_pairs']}" in text

@@ -416,6 +416,19 @@ def verdict(rows: list[dict], plan: dict) -> str:
                    else ".")
                 + (" After fine-tuning it was not asked: no pretraining pays its bar." if pretraining is not None
                    and pretraining["failed"] else ""))
+    group = "confirm" if any(r["group"] == "confirm" for r in rows) else "scratch"
+    variant = spec.get("variant", "dna")
+    values = {k: _arm_mean(rows, group, variant, k) for k in (
+        "mass_ratio_negative_distractors", "mass_ratio_negative_actor", "mass_ratio_positive_distractors",
+        "mass_ratio_positive_actor", "shifted_distractor_confusion", "shifted_distractor_confusion_negative_off")}
+    if None not in values.values():
+        change = values["shifted_distractor_confusion_negative_off"] - values["shifted_distractor_confusion"]
+        parts.append(
+            f"In those DnA runs ({group}) the negative map puts {values['mass_ratio_negative_distractors']:.2f} times "
+            f"its area's share of attention on the distractor and {values['mass_ratio_negative_actor']:.2f} on the "
+            f"actor (positive map: {values['mass_ratio_positive_distractors']:.2f} / "
+            f"{values['mass_ratio_positive_actor']:.2f}); switching the negative branch off moves distractor "
+            f"confusion by {_points(change)} points.")
     parts.append("All of it is a 0.37M-parameter model on synthetic motion: it neither supports nor refutes the "
                  "claim for pretrained TimeSformer-B.")
     return "\n".join(_wrap(" ".join(parts)))
