@@ -1,7 +1,7 @@
 """An independent recount of the denoising experiment's published tables: reads the results CSV
 (and, for the even-spread column and the cue shares, the rendered test sets' own files), computes
 every number of the tables on where the predictions go and on distractor confusion with its own
-code (csv, statistics and scipy only: nothing of ``experiments.denoising`` or ``dna_video``), and
+code (csv, statistics, yaml and scipy only: nothing of ``experiments.denoising`` or ``dna_video``), and
 compares them cell by cell with what README.md and docs/denoising.md print.
 
     python experiments/denoising_recount.py [--csv experiments/results/denoising.csv] [--data runs/denoising/data]
@@ -20,6 +20,7 @@ import statistics
 import sys
 from pathlib import Path
 
+import yaml
 from scipy import stats
 
 REPO = Path(__file__).resolve().parents[1]
@@ -148,6 +149,13 @@ def main(argv: list[str] | None = None) -> int:
         b = {r["seed"]: float(r[column]) for r in arms.get(b_arm, []) if r.get(column)}
         seeds = sorted(set(a) & set(b), key=int)
         check(f"{name} pairs", cells[2].split()[0], len(seeds), 0, 1)
+        if "confirmatory" in name:  # tested once, on all its planned pairs (the plan's stopping rule)
+            planned = int(yaml.safe_load((REPO / "experiments/denoising_plan.yaml").read_text())["confirmatory"]["pairs"])
+            if len(seeds) < planned:
+                if cells[2] != f"{len(seeds)} of {planned} (incomplete: not tested)" or set(cells[4:]) != {"-"}:
+                    wrong.append(f"{name}: {len(seeds)} of {planned} pairs, printed as tested: {cells[2:]}")
+                checked += 1
+                continue
         if len(seeds) < 2:
             continue
         result = paired([a[s] for s in seeds], [b[s] for s in seeds])

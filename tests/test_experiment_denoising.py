@@ -342,6 +342,31 @@ def test_the_verdict_answers_the_confirmatory_question_only_with_all_its_pairs()
     assert "has" not in text.split("confirmatory question")[1][:40]
     partial = " ".join(report.verdict(rows[:-1], plan).split())
     assert f"has {n - 1} of its {n} planned pairs: no test is made" in partial and "lowers" not in partial
+    # The table shows nothing of the metric either until the last pair is in (no interim look).
+    line = next(x for x in report.confusion_table(rows[:-1], plan).splitlines() if "**confirmatory**" in x)
+    assert line.endswith(f"| {n - 1} of {n} (incomplete: not tested) | - / - | - | - | - | - | - | - |"), line
+    line = next(x for x in report.confusion_table(rows, plan).splitlines() if "**confirmatory**" in x)
+    assert f"| {n} | - / - | 31.0 |" in line and "incomplete" not in line
+
+
+def test_the_reading_states_the_pretraining_bar_and_the_exploratory_intervals():
+    """docs/denoising.md's reading, from rows: the pretraining's bar failed (fine-tuned softmax
+    below from-scratch softmax), the DnA-pretrained arm's 5 fine-tunes from 3 pretrainings as 3
+    units, and no preregistered comparison among the exploratory ones."""
+    plan = design.load_plan()
+    rows = [_row("primary", "softmax", s, "pretrain/softmax/seed0", in_distribution_top1=0.55 + 0.01 * s,
+                 shifted_top1=0.35 + 0.01 * (s % 2)) for s in range(5)]
+    rows += [_row("scratch", "softmax", s, in_distribution_top1=0.75 - 0.02 * (s % 3)) for s in range(5)]
+    rows += [_row("dna_pretrained", "dna", s, f"pretrain/dna/seed{s % 3}", shifted_top1=0.30 + 0.02 * (s % 3))
+             for s in range(5)]
+    rows += [{"group": "pretrain", "variant": "softmax", "dna_init": "-", "seed": "0", "task": "source", "start": "-",
+              "source_top1": "0.781", "commit": "abcdef0" + "0" * 33}]
+    text = " ".join(report.reading(rows, plan).split())
+    # by hand: in distribution 0.55..0.59 against 0.75, 0.73, 0.71, 0.75, 0.73: differences sum to -0.82
+    assert "Fine-tuned softmax minus from-scratch softmax in distribution: -16.4 [" in text and "below the bar" in text
+    assert "softmax seed 0 78.1%" in text and "from the commits abcdef0" in text
+    assert "DnA-pretrained DnA - softmax-pretrained softmax (shifted top-1) " in text and ", 3 units" in text
+    assert "**primary**" not in text and "confirmatory" not in text
 
 
 def test_an_interrupted_fit_starts_over_and_a_fit_is_measured_only_at_its_commit(tmp_path, monkeypatch):

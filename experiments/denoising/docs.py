@@ -29,6 +29,7 @@ def sections(rows: list[dict], plan: dict, sensitivity_csv: Path = RESULTS / "de
         "docs/denoising.md": {
             "denoising arms": report.arms_table(rows) + "\n\n" + report.outcomes_table(rows, plan),
             "denoising data": report.data_text(plan),
+            "denoising reading": report.reading(rows, plan),
         },
     }
     if sensitivity_csv.is_file():

@@ -16,7 +16,7 @@ from experiments.denoising.design import Cell, comparisons, confusion_comparison
 from experiments.denoising.stats import pairs_needed, paired
 
 __all__ = ["COLUMNS", "csv_row", "read_csv", "write_results", "cell_name", "label_of", "table", "comparison_table",
-           "confusion_table", "arms_table", "outcomes", "outcomes_table", "data_facts", "data_text", "verdict",
+           "confusion_table", "arms_table", "outcomes", "outcomes_table", "data_facts", "data_text", "verdict", "reading",
            "pretraining_verdict", "pilot_report", "calibration_report", "differences_figure", "plots"]
 
 SETS = ("in_distribution", "shifted", "source")
@@ -135,13 +135,25 @@ def comparison_rows(rows: list[dict], plan: dict, which: list | None = None) -> 
             xb = [statistics.fmean(b[s] for s in members) for members in units.values()]
         else:
             xa, xb = [a[s] for s in seeds], [b[s] for s in seeds]
-        result = paired(xa, xb, alpha, power) if len(xa) >= 2 else None
+        # A preregistered question is tested once, on all its planned pairs (the plan's stopping
+        # rule): before that its pairs are counted, and nothing of the metric is shown.
+        planned = _planned_pairs(comparison, plan)
+        incomplete = planned is not None and len(seeds) < planned
+        result = paired(xa, xb, alpha, power) if len(xa) >= 2 and not incomplete else None
         distinct = [len({starts[s] for s in seeds} - {"-"}) for starts in (starts_a, starts_b)]
         out.append({"comparison": comparison, "seeds": seeds, "result": result, "units": len(xa),
-                    "clustered": clustered, "starts": distinct,
+                    "clustered": clustered, "starts": distinct, "planned": planned, "incomplete": incomplete,
                     "a_mean": statistics.fmean(a[s] for s in seeds) if seeds else None,
                     "b_mean": statistics.fmean(b[s] for s in seeds) if seeds else None})
     return out
+
+
+def _planned_pairs(comparison, plan: dict) -> int | None:
+    """The confirmatory question's planned number of pairs (None for the other comparisons)."""
+    if not comparison.confirmatory:
+        return None
+    pairs = (plan.get("confirmatory") or {}).get("pairs")
+    return int(pairs) if pairs else None
 
 
 def pretraining_verdict(rows: list[dict], plan: dict) -> dict | None:
@@ -157,7 +169,7 @@ def table(rows: list[dict], plan: dict) -> str:
     """The report: the comparisons (top-1, then distractor confusion), the verdict, then per arm
     the means of every measure and where the predictions go, and the data's cue shares."""
     return "\n\n".join([comparison_table(rows, plan), confusion_table(rows, plan), verdict(rows, plan),
-                        arms_table(rows), outcomes_table(rows, plan), data_text(plan)])
+                        arms_table(rows), outcomes_table(rows, plan), reading(rows, plan), data_text(plan)])
 
 
 _HEADER = ["| comparison | metric | pairs | pretrained starts a / b | a | b | a - b [95% CI] | p | MDE | pair corr. |",
@@ -178,6 +190,8 @@ def _comparison_lines(items: list[dict], pretraining: dict | None) -> list[str]:
         metric = METRIC_LABELS.get(comparison.metric, comparison.metric)
         starts = " / ".join(str(k) if k else "-" for k in item["starts"]) if item["seeds"] else "-"
         pairs = f"{len(item['seeds'])}" + (f" ({item['units']} starts, one unit each)" if item["clustered"] else "")
+        if item.get("incomplete"):
+            pairs = f"{len(item['seeds'])} of {item['planned']} (incomplete: not tested)"
         if result is None:
             lines.append(f"| {name} | {metric} | {pairs} | {starts} | - | - | - | - | - | - |")
             continue
@@ -432,6 +446,58 @@ def verdict(rows: list[dict], plan: dict) -> str:
     parts.append("All of it is a 0.37M-parameter model on synthetic motion: it neither supports nor refutes the "
                  "claim for pretrained TimeSformer-B.")
     return "\n".join(_wrap(" ".join(parts)))
+
+
+def reading(rows: list[dict], plan: dict) -> str:
+    """docs/denoising.md's reading of the grid, every number from the rows: the pretraining and
+    its bar, the mechanism in the primary's DnA runs, and every exploratory comparison with its
+    interval (no correction for multiple comparisons)."""
+    commits = sorted({r["commit"][:7] for r in rows if r.get("commit")})
+    bullets = []
+    pretrained = [r for r in rows if r["task"] == "source" and r.get("source_top1")]
+    pretraining = pretraining_verdict(rows, plan)
+    if pretrained or pretraining is not None:
+        text = "**Pretraining**: "
+        if pretrained:
+            text += "the source task's test top-1 (its own split): " + ", ".join(
+                f"{label_of(r)} seed {r['seed']} {_points(float(r['source_top1']), False)}%" for r in pretrained) + ". "
+        if pretraining is not None:
+            result, bar = pretraining["result"], pretraining["comparison"].threshold
+            text += (f"Fine-tuned softmax minus from-scratch softmax in distribution: {_points(result.mean)} "
+                     f"[{_points(result.low)}, {_points(result.high)}] ({result.n} pairs; bar +{100 * bar:.0f}): "
+                     + ("below the bar, so the fine-tuning arms failed and \"fine-tuned from a pretrained model\" "
+                        "here is not the paper's regime." if pretraining["failed"] else "the bar is cleared."))
+        bullets.append(text)
+    init = plan["primary"]["dna_init"]
+    values = {k: _arm_mean(rows, "primary", f"dna_{init}", k) for k in (
+        "mass_ratio_positive_actor", "mass_ratio_positive_distractors", "mass_ratio_negative_actor",
+        "mass_ratio_negative_distractors", "map_correlation", "cos_q_pos_neg", "negative_output_ratio",
+        "shifted_top1", "shifted_top1_negative_off")}
+    if None not in values.values():
+        bullets.append(
+            f"**Mechanism** in the primary's DnA runs ({plan['map_videos']} shifted videos per run, means over "
+            f"blocks and heads): the negative map's mass on the actor and on the distractor is "
+            f"{values['mass_ratio_negative_actor']:.2f} and {values['mass_ratio_negative_distractors']:.2f} times "
+            f"their area's share (positive map: {values['mass_ratio_positive_actor']:.2f} / "
+            f"{values['mass_ratio_positive_distractors']:.2f}); the two maps correlate at "
+            f"{values['map_correlation']:.2f}, cos(q+, -q-) is {values['cos_q_pos_neg']:.2f}, the negative branch's "
+            f"output is {values['negative_output_ratio']:.2f} of the positive's, and switching it off moves shifted "
+            f"top-1 by {_points(values['shifted_top1_negative_off'] - values['shifted_top1'])} points.")
+    explored = [item for item in comparison_rows(rows, plan) + comparison_rows(rows, plan, confusion_comparisons(plan))
+                if not item["comparison"].preregistered and item["comparison"].threshold is None
+                and item["result"] is not None]
+    if explored:
+        bullets.append("**Exploratory** (no correction for multiple comparisons; a - b in points, 95% interval): " + "; ".join(
+            f"{item['comparison'].name} ({METRIC_LABELS.get(item['comparison'].metric, item['comparison'].metric)}) "
+            f"{_points(item['result'].mean)} [{_points(item['result'].low)}, {_points(item['result'].high)}], "
+            f"{item['result'].n} {'units' if item['clustered'] else 'pairs'}" for item in explored) + ".")
+    head = (f"Reading the grid ({len(rows)} rows of `experiments/results/denoising.csv`, from the commits "
+            f"{', '.join(commits)}; each row's record beside it):")
+    out = [head, ""]
+    for bullet in bullets:
+        wrapped = _wrap(bullet, 98)
+        out += ["- " + wrapped[0]] + ["  " + line for line in wrapped[1:]]
+    return "\n".join(out)
 
 
 def _wrap(text: str, width: int = 100) -> list[str]:
