@@ -10,6 +10,7 @@
     python -m benchmarks --compile            # also torch.compile (its first step compiles)
     python -m benchmarks --sections memory    # opt-in: long clips, grad checkpointing (20-40 min)
     python -m benchmarks --sections compile   # opt-in: inductor against eager (several minutes of compiling)
+    python -m benchmarks --sections startup --startup-baseline DIR   # opt-in: commands' start-up, two checkouts
     python -m benchmarks --output results.md  # also write the table to a file
 
 Run it from the repository root, so that this checkout's ``dna_video`` is the one measured.
@@ -29,13 +30,13 @@ os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 
 import torch
 
-from . import attention, compiled, data, decoders, memory, model, onnx_runtime, timeline, variants
+from . import attention, compiled, data, decoders, memory, model, onnx_runtime, startup, timeline, variants
 from .harness import code_description, machine_description, markdown_table
 
 SECTIONS = ("attention", "model", "variants", "data", "decoders", "timeline", "onnx")
 # Run only when named: each takes many minutes (real TimeSformer-B steps up to 12 blocks and 32
-# frames; inductor's compilation).
-OPT_IN = ("memory", "compile")
+# frames; inductor's compilation; fresh processes of two checkouts).
+OPT_IN = ("memory", "compile", "startup")
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--compile", action="store_true", help="also time torch.compile of the DnA model")
     parser.add_argument("--cache", default=data.default_cache(), help="where generated benchmark videos are kept")
+    parser.add_argument("--startup-baseline", default=None, metavar="DIR",
+                        help="startup: another checkout to measure beside this one (e.g. a git worktree of an older commit)")
     parser.add_argument("--output", default=None, help="also write the result (markdown) to this file")
     args = parser.parse_args(argv)
 
@@ -84,6 +87,9 @@ def main(argv: list[str] | None = None) -> str:
             rows += memory.run(rounds=min(3, args.rounds), quick=args.quick, notes=notes)
         elif section == "compile":
             rows += compiled.run(rounds=args.rounds, quick=args.quick, notes=notes)
+        elif section == "startup":
+            rows += startup.run(args.cache, rounds=args.rounds, quick=args.quick, baseline=args.startup_baseline,
+                                notes=notes)
         # Progress, and the rows so far in case a later section fails.
         print(f"[{section}: {time.perf_counter() - t0:.0f} s]\n{markdown_table(rows)}", file=sys.stderr, flush=True)
     total = time.perf_counter() - start

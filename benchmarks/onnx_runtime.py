@@ -5,14 +5,14 @@ network.
 * Models: our DnA TimeSformer at the quickstart's geometry (``tiny``: D 64, 2 heads, 4 blocks,
   8 x 64 x 64) and at TimeSformer-B width with 2 blocks (8 x 224 x 224; every block a
   TimeSformer-B block), random weights (``temporal_fc`` too, so the temporal attention counts),
-  exported by :func:`dna_video.checkpoints.deploy.export_onnx` as ``dna-video export onnx`` does.
+  exported by :func:`dna_video.export.program.export_onnx` as ``dna-video export onnx`` does.
 * Rows per model: clips/s at the geometry's batch (8 tiny clips, 1 TimeSformer-B clip: the
   views of one video go through as one batch), and the latency of one clip (batch 1, ms).
 * ONNX Runtime gets as many intra-op threads as torch has (``--threads``, else torch's
   default), idle threads sleeping as torch's do under ``OMP_WAIT_POLICY=PASSIVE``
-  (:func:`dna_video.runtime.model.session_options`, what ``predict`` uses) and its default graph
+  (:func:`dna_video.prediction.onnx_backend.session_options`, what ``predict`` uses) and its default graph
   optimisations; both run interleaved round by round.
-* int8 beside fp32 (``dna-video export onnx --int8``: :func:`dna_video.checkpoints.deploy.quantize_onnx`,
+* int8 beside fp32 (``dna-video export onnx --int8``: :func:`dna_video.export.int8.quantize_onnx`,
   ONNX Runtime's dynamic quantisation of the same file), per model: file size, weight bytes
   (the initialisers), clips/s and one clip's latency, timed in the same interleaved rounds.
 * Test top-1 of the quickstart model, int8 beside fp32: the best checkpoint of a quickstart run
@@ -62,7 +62,8 @@ def _model(g: Geometry) -> torch.nn.Module:
 
 
 def _export(net: torch.nn.Module, g: Geometry, folder: Path) -> Path:
-    from dna_video.checkpoints.deploy import export_onnx, runtime_metadata
+    from dna_video.export.metadata import runtime_metadata
+    from dna_video.export.program import export_onnx
 
     settings = {"num_frames": g.num_frames, "sampling_rate": 8, "crop_size": g.img_size,
                 "mean": (0.45,) * 3, "std": (0.225,) * 3}
@@ -72,7 +73,7 @@ def _export(net: torch.nn.Module, g: Geometry, folder: Path) -> Path:
 def _session(path: Path):
     import onnxruntime as ort
 
-    from dna_video.runtime.model import session_options
+    from dna_video.prediction.onnx_backend import session_options
 
     options = session_options(torch.get_num_threads())  # as predict MODEL.onnx makes it
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
@@ -100,7 +101,7 @@ def run(rounds: int = 5, quick: bool = False) -> list[Row]:
     if missing:
         print(f"onnx: skipped, {', '.join(missing)} not installed (pip install -e '.[bench]')", file=sys.stderr)
         return []
-    from dna_video.checkpoints.deploy import quantize_onnx
+    from dna_video.export.int8 import quantize_onnx
 
     rounds = max(3, rounds // 2) if quick else rounds
     rows: list[Row] = []
@@ -162,11 +163,13 @@ def quickstart_run() -> Path | None:
 def _test_top1_rows(limit: int | None) -> list[Row]:
     """Test top-1 of the quickstart run's best checkpoint exported as fp32 and int8 ONNX, on
     the videos of the run's test_predictions.csv (the first ``limit`` of them when given)."""
-    from dna_video.analysis.inference import load_model
-    from dna_video.checkpoints.deploy import export_onnx, quantize_onnx, runtime_metadata
+    from dna_video.export.int8 import quantize_onnx
+    from dna_video.export.metadata import runtime_metadata
+    from dna_video.export.program import export_onnx
     from dna_video.data.video import VideoDecodeError, VideoTooSmallError
-    from dna_video.runtime.inference import load_views
-    from dna_video.runtime.model import load_onnx_model
+    from dna_video.prediction.onnx_backend import load_onnx_model
+    from dna_video.prediction.torch_backend import load_model
+    from dna_video.prediction.views import load_views
 
     run_dir = quickstart_run()
     if run_dir is None:

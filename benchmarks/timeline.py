@@ -1,7 +1,7 @@
 """Section: a long video as a timeline (``predict --timeline``): throughput and memory.
 
 * Throughput, in seconds of video per second of wall time, of
-  :func:`dna_video.analysis.timeline.video_timeline` (every sampled frame decoded once, in
+  :func:`dna_video.prediction.timeline.video_timeline` (every sampled frame decoded once, in
   order) against the same windows each decoded on its own (``read_frames`` per window, as
   cutting the video into clips would: an overlapping frame is decoded again by every window
   that samples it, and every window seeks). Both run the same network over the same views.
@@ -33,7 +33,8 @@ from pathlib import Path
 
 import torch
 
-from dna_video.analysis.inference import EvalSettings, LoadedModel
+from dna_video.data.eval_settings import EvalSettings
+from dna_video.prediction.torch_backend import TorchModel
 from dna_video.data.video import write_video
 
 from .harness import Row, interleaved, peak_memory
@@ -45,14 +46,14 @@ HEIGHT, WIDTH, FPS, PIECE = 240, 320, 30.0, 300
 CLASSES = ["Blink", "Change.Size", "Move.Circle", "Move.Line", "Stay"]
 
 
-def quickstart_sized_model(seed: int = 0) -> LoadedModel:
+def quickstart_sized_model(seed: int = 0) -> TorchModel:
     """The quickstart's network and evaluation settings, random weights."""
     from dna_video.models.timesformer import TimeSformerSpec
 
     torch.manual_seed(seed)
     net = TimeSformerSpec(arch="tiny").build(num_classes=len(CLASSES), num_frames=8, img_size=64).eval()
     settings = EvalSettings(num_frames=8, sampling_rate=5, target_fps=30.0, crop_size=64, num_clips=1, num_crops=3)
-    return LoadedModel(net, list(CLASSES), settings, "logits", "quickstart-sized (random weights)", "benchmark")
+    return TorchModel(net, list(CLASSES), settings, "logits", "quickstart-sized (random weights)", "benchmark")
 
 
 def write_long_scene(path: Path, seconds: int) -> Path:
@@ -68,9 +69,9 @@ def write_long_scene(path: Path, seconds: int) -> Path:
     return path
 
 
-def _per_window(model: LoadedModel, path: str) -> float:
+def _per_window(model: TorchModel, path: str) -> float:
     """The same windows, each decoded on its own (``read_frames``), through the same network."""
-    from dna_video.analysis.timeline import plan_windows
+    from dna_video.prediction.windows import plan_windows
     from dna_video.data.transforms import EvalClipTransform
     from dna_video.data.video import probe_video, read_frames
     from dna_video.tasks.views import mean_view_probs
@@ -91,11 +92,11 @@ def _per_window(model: LoadedModel, path: str) -> float:
     return windows.end_s[-1]
 
 
-def _data_peak(model: LoadedModel, path: str) -> tuple[int, int]:
+def _data_peak(model: TorchModel, path: str) -> tuple[int, int]:
     """Peak bytes one timeline allocates above what was live before: torch tensors (frames
     held, views, activations: :func:`~benchmarks.harness.peak_memory`) and numpy arrays and
     Python objects (the decoded chunks: ``tracemalloc``), each from its own run."""
-    from dna_video.analysis.timeline import video_timeline
+    from dna_video.prediction.timeline import video_timeline
 
     tensors = peak_memory(lambda: video_timeline(model, path))
     gc.collect()
@@ -110,7 +111,7 @@ def _data_peak(model: LoadedModel, path: str) -> tuple[int, int]:
 
 def _rss_child(path: str) -> None:
     """In a fresh process: the timeline of ``path``, then the process's peak resident set."""
-    from dna_video.analysis.timeline import video_timeline
+    from dna_video.prediction.timeline import video_timeline
 
     video_timeline(quickstart_sized_model(), path)
     with open("/proc/self/status") as f:
@@ -124,7 +125,7 @@ def _peak_rss(path: Path) -> int:
 
 
 def run(cache: str, rounds: int = 3, quick: bool = False) -> list[Row]:
-    from dna_video.analysis.timeline import video_timeline
+    from dna_video.prediction.timeline import video_timeline
 
     base = 10 if quick else 20
     folder = Path(cache) / "timeline"

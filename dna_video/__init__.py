@@ -2,10 +2,12 @@
 
 The package by role: :mod:`.models` (attention kinds and their registry, TimeSformer, ViT,
 probe network), :mod:`.data` (datasets, DataModules, decoding, generators),
-:mod:`.checkpoints` (import, conversion, export), :mod:`.tasks` (the LightningModules),
-:mod:`.analysis` (maps, subspaces, reports, denoising measures, timelines), :mod:`.runtime` (an
-exported model on ONNX Runtime, without torch), :mod:`.training` (the command line, callbacks,
-run folders) and :mod:`.tools` (predict, analyze, prepare, checkpoints, export).
+:mod:`.checkpoints` (import, conversion), :mod:`.runs` (what a run left behind: folders,
+registry, summary, model card), :mod:`.export` (ONNX, pt2, Hugging Face, the reference's
+``.pyth``), :mod:`.tasks` (the LightningModules), :mod:`.analysis` (maps, subspaces, reports,
+denoising measures), :mod:`.prediction` (a model on videos, long videos and live sources: a
+checkpoint's network, or an exported model on ONNX Runtime without torch), :mod:`.training`
+(the command line, callbacks) and :mod:`.tools` (predict, analyze, prepare, checkpoints, export).
 
 ``import dna_video`` imports no torch: the names below load their module on first use
 (PEP 562), so the package's pure parts work where torch is not installed.
@@ -72,7 +74,6 @@ MOVED: dict[str, tuple[str, str | None, bool]] = {
     "dna_video.probe_module": ("dna_video.tasks.probe", None, True),
     "dna_video.cli": ("dna_video.training.cli", "dna_video.training.cli:console_main", True),
     "dna_video.image_cli": ("dna_video.training.legacy", "dna_video.training.legacy:image_main", True),
-    "dna_video.runs": ("dna_video.training.runs", None, True),
     "dna_video.callbacks": ("dna_video.training.callbacks", None, True),
     "dna_video.predict": ("dna_video.tools.predict", "dna_video.tools.predict", True),
     "dna_video.analyze": ("dna_video.tools.analyze", "dna_video.tools.analyze", True),
@@ -83,8 +84,43 @@ MOVED: dict[str, tuple[str, str | None, bool]] = {
     "dna_video.checkpoints.dna_init": ("dna_video.models.attention.negative_init", None, True),
     "dna_video.analysis.reports": ("dna_video.analysis.evaluation_report", None, True),
     "dna_video.callbacks.test_report": ("dna_video.training.callbacks.evaluation_report", None, True),
-    "dna_video.callbacks.summary": ("dna_video.checkpoints.run_summary", None, True),
+    "dna_video.callbacks.summary": ("dna_video.runs.summary", None, True),
 }
+# dna_video.runs, 0.1's run module, is a package again since 0.3 (what a run left behind); its 0.1
+# names that need Lightning resolve there with a warning (dna_video/runs/__init__.py).
+
+# -- 0.2 module paths, kept for one release: moved in 0.3, they go in 0.4 --------------------------
+MOVED_IN_0_3: dict[str, tuple[str, str | None, bool]] = {
+    # One folder for export (dna-video export {onnx,pt2,huggingface,reference}).
+    "dna_video.checkpoints.export": ("dna_video.export", None, True),
+    "dna_video.checkpoints.deploy": ("dna_video.export", None, True),
+    # One room for what a run left behind.
+    "dna_video.checkpoints.card": ("dna_video.runs.card", None, True),
+    "dna_video.checkpoints.run_summary": ("dna_video.runs.summary", None, True),
+    "dna_video.common.run_folders": ("dna_video.runs.folders", None, True),
+    # Prediction in one room: one pipeline, its two backends (PyTorch, ONNX Runtime), one command.
+    "dna_video.analysis.inference": ("dna_video.prediction.torch_backend", None, True),
+    "dna_video.analysis.window_network": ("dna_video.prediction.torch_backend", None, True),
+    "dna_video.analysis.predictions": ("dna_video.prediction.records", None, True),
+    "dna_video.analysis.windows": ("dna_video.prediction.timeline", None, True),
+    "dna_video.analysis.timeline": ("dna_video.prediction.timeline", None, True),
+    "dna_video.analysis.stream": ("dna_video.prediction.stream", None, True),
+    "dna_video.analysis.annotate": ("dna_video.prediction.annotate", None, True),
+    "dna_video.runtime": ("dna_video.prediction", None, True),
+    "dna_video.runtime.model": ("dna_video.prediction.onnx_backend", None, True),
+    "dna_video.runtime.inference": ("dna_video.prediction.onnx_backend", None, True),
+    "dna_video.runtime.preprocess": ("dna_video.prediction.views", None, True),
+    "dna_video.tools.predict_cli": ("dna_video.tools.predict", None, True),
+    "dna_video.tools.predict_onnx": ("dna_video.tools.predict", "dna_video.tools.predict", True),
+}
+MOVED.update(MOVED_IN_0_3)
+
+
+def _releases(name: str) -> tuple[str, str]:
+    """The release that moved ``name`` (or the moved package it lies in) and the one it goes in:
+    0.1's paths, announced to go in 0.3, stay one more release beside 0.2's (both go in 0.4)."""
+    moved_in_0_3 = name in MOVED_IN_0_3 or name.rpartition(".")[0] in MOVED_IN_0_3
+    return ("0.3" if moved_in_0_3 else "0.2"), "0.4"
 
 
 def _moved(name: str) -> tuple[str, str | None, bool] | None:
@@ -117,7 +153,8 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module) -> None:
         new, _, warns = _moved(module.__name__)
         if warns:
-            warnings.warn(f"{module.__name__} moved to {new} in dna-video 0.2; the old path goes in 0.3",
+            moved, goes = _releases(module.__name__)
+            warnings.warn(f"{module.__name__} moved to {new} in dna-video {moved}; the old path goes in {goes}",
                           DeprecationWarning, stacklevel=2)
         # The import system returns what sys.modules holds under the old name once this returns.
         sys.modules[module.__name__] = importlib.import_module(new)
@@ -130,10 +167,11 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         now = "dna-video" if function else f"python -m {module}"
         run = (f"from {module} import {function}\n{function}()\n" if function
                else f"import runpy\nrunpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
+        goes = _releases(fullname)[1]
         source = (
             "import sys\n"
             f"sys.argv[0] = {shown!r}  # runpy leaves None for a module without a file\n"
-            f"sys.stderr.write('note: python -m {shown} is now {now} (README, Commands); the old path goes in 0.3\\n')\n"
+            f"sys.stderr.write('note: python -m {shown} is now {now} (README, Commands); the old path goes in {goes}\\n')\n"
             + run
         )
         return compile(source, f"<moved {fullname}>", "exec")

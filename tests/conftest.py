@@ -101,7 +101,7 @@ def tiny_checkpoint(tmp_path_factory):
 
     from dataclasses import asdict
 
-    from dna_video.analysis.inference import load_model
+    from dna_video.prediction.torch_backend import load_model
 
     ckpt = train_tiny_model(tmp_path_factory.mktemp("tiny_model"))
     return ckpt, asdict(load_model(ckpt).settings)

@@ -1,4 +1,4 @@
-"""``predict --annotate`` / ``--annotate-attention`` (dna_video.analysis.annotate, window_network):
+"""``predict --annotate`` / ``--annotate-attention`` (dna_video.prediction.annotate, torch_backend):
 the band drawn on a frame (bar length = probability, counted in pixels), where the centre crop
 lies in the frame (against the evaluation transform's own crop of a coordinate-coded frame),
 the attention blended there and nowhere else, each window's attention against the maps of
@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from analysis_trees import CLASSES, class_frames
-from dna_video.analysis.annotate import (
+from dna_video.prediction.annotate import (
     BAND_COLOUR,
     BAR_COLOUR,
     BRANCH_COLOURS,
@@ -33,9 +33,8 @@ from dna_video.analysis.annotate import (
     crop_region,
     draw_label,
 )
-from dna_video.analysis.inference import load_model
 from dna_video.analysis.maps import capture_maps, cls_maps
-from dna_video.analysis.window_network import WindowNetwork
+from dna_video.prediction.torch_backend import load_model
 from dna_video.data.transforms import EvalClipTransform
 from dna_video.data.video import write_video
 from dna_video.tools.predict import main
@@ -133,11 +132,11 @@ def model(tiny_checkpoint):
 
 
 def test_each_windows_attention_is_the_centre_crops_cls_attention(model):
-    """WindowNetwork(attention=True): the maps kept per window are the last block's cls maps of
+    """A model keeping attention (``attention=True``): the maps kept per window are the last block's cls maps of
     the centre crop (of 3) averaged over the window's frames, computed here directly; and the
     written-out path gives the same probabilities as the fused one."""
     frames = np.random.default_rng(3).integers(0, 256, (2, 4, 48, 64, 3), dtype=np.uint8)  # 2 windows of 4
-    with_maps, plain = WindowNetwork(model, "cpu", attention=True), WindowNetwork(model, "cpu")
+    with_maps, plain = model.using("cpu", attention=True), model.using("cpu")
     windows = [with_maps.prepare(w) for w in frames]
     probs = with_maps.probs_of(windows)
     np.testing.assert_allclose(probs, plain.probs_of(windows), atol=1e-6)

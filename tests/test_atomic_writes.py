@@ -181,20 +181,20 @@ def _tiny_timesformer(attention: str):
 
 
 def write_reference_export(folder: Path) -> Path:
-    from dna_video.checkpoints.export import export_reference
+    from dna_video.export.reference import export_reference
 
     return export_reference(_tiny_timesformer("dna"), folder / "model.pyth")
 
 
 def write_hf_weights(folder: Path) -> Path:
-    from dna_video.checkpoints.export import export_huggingface
+    from dna_video.export.huggingface import export_huggingface
 
     export_huggingface(_tiny_timesformer("softmax"), folder, ["a", "b", "c"])
     return folder / "model.safetensors"
 
 
 def write_hf_config(folder: Path) -> Path:
-    from dna_video.checkpoints.export import export_huggingface
+    from dna_video.export.huggingface import export_huggingface
 
     export_huggingface(_tiny_timesformer("softmax"), folder, ["a", "b", "c"])
     return folder / "config.json"

@@ -193,3 +193,114 @@ def test_the_benchmark_variant_rows():
     # Q-, V- (2 x (D^2 + D)) and alpha (H) per attention module, 2 modules per block.
     assert (params.ours_value - params.baseline_value) * 1e6 == pytest.approx(2 * (2 * (32 * 32 + 32) + 2))
     assert all(r.ours_value > 0 and r.baseline_value > 0 for r in rows)
+
+
+# -- a kind from a module outside the package, loaded into the command by --import ----------------
+OUTSIDE_KIND = '''
+"""Written by a user, outside dna_video: softmax attention with a learned gate per head, and its
+cross-attention for the probes."""
+import torch
+from torch import nn
+
+from dna_video.models.attention import (
+    AttentionKind, CheckpointExtra, SoftmaxAttention, SoftmaxCrossAttention, register_attention,
+)
+
+
+class GatedSoftmax(SoftmaxAttention):
+    def __init__(self, dim, num_heads, qkv_bias=True, attn_drop=0.0, proj_drop=0.0, gate_init: float = 1.0):
+        super().__init__(dim, num_heads, qkv_bias, attn_drop, proj_drop)
+        self.gate = nn.Parameter(torch.full((num_heads,), float(gate_init)))
+
+    def _output(self, out):
+        return super()._output(out * self.gate[:, None, None])
+
+
+class GatedSoftmaxCross(SoftmaxCrossAttention):
+    def __init__(self, dim, num_heads, qkv_bias=True, attn_drop=0.0, proj_drop=0.0, gate_init: float = 1.0):
+        super().__init__(dim, num_heads, qkv_bias, attn_drop, proj_drop)
+        self.gate = nn.Parameter(torch.full((num_heads,), float(gate_init)))
+
+    def _output(self, out):
+        return super()._output(out * self.gate[:, None, None])
+
+
+register_attention(AttentionKind("NAME", GatedSoftmax, "softmax with a gate per head",
+                                 extras={"gate": CheckpointExtra("gate")}, cross=GatedSoftmaxCross))
+'''
+
+
+@pytest.fixture
+def outside_kind(tmp_path, monkeypatch):
+    """A module defining and registering a new kind, written to a folder on sys.path (not
+    imported yet); the kind and the module are gone again after the test."""
+    import sys
+
+    from dna_video.models.attention import registry
+
+    name = f"gated_{tmp_path.name.replace('-', '_')}"[:40]
+    module = f"outside_{name}"
+    (tmp_path / f"{module}.py").write_text(OUTSIDE_KIND.replace("NAME", name))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield module, name
+    registry._KINDS.pop(name, None)
+    registry._NAMES.pop(name, None)
+    sys.modules.pop(module, None)
+
+
+@pytest.mark.slow
+def test_dna_video_fit_with_a_kind_from_an_outside_module(outside_kind, synthetic_root, tmp_path, capsys):
+    """`dna-video fit --import MODULE --model.network.attention KIND`: the module is imported
+    before the options are read, the network is built of the kind (its own parameter in the
+    checkpoint, its option from attention_kwargs), with no edit of the package."""
+    from dna_video.__main__ import main as dna_video
+
+    module, name = outside_kind
+    assert name not in attention_kinds()
+    logs = tmp_path / "logs"
+    run = [*cli_args(synthetic_root, logs, f"--model.network.attention={name}",
+                     "--model.network.attention_kwargs={gate_init: 0.5}", "--trainer.max_epochs=1",
+                     "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--test_after_fit=false")]
+    with pytest.raises(SystemExit):  # without the module the kind is unknown, and said so
+        dna_video(["fit", *run])
+    assert f"unknown attention '{name}'" in capsys.readouterr().err
+    dna_video(["fit", "--import", module, *run])
+    assert attention_kind(name).module.__module__ == module
+    (last,) = (logs / "smoke").glob("version_*/checkpoints/last.ckpt")  # the refused fit left no run
+    checkpoint = torch.load(last, weights_only=True)
+    assert checkpoint["hyper_parameters"]["network"]["attention"] == name
+    gates = {k: v for k, v in checkpoint["state_dict"].items() if k.endswith(".gate")}
+    assert len(gates) == 4 and all(v.shape == (2,) for v in gates.values())  # 2 blocks x 2 paths, 2 heads
+    # Trained from 0.5: the gates moved, but started at the option's value (not the class default 1).
+    assert all(float((v - 0.5).abs().max()) < 0.1 for v in gates.values())
+
+
+def test_an_import_that_fails_is_one_line(capsys):
+    from dna_video.__main__ import main as dna_video
+
+    with pytest.raises(SystemExit) as stop:
+        dna_video(["--import", "no_such_module_of_yours", "configs"])  # (`configs` would only list them)
+    assert stop.value.code == "error: --import no_such_module_of_yours: ModuleNotFoundError: No module named " \
+                              "'no_such_module_of_yours' (set DNA_VIDEO_TRACEBACK=1 for the traceback)"
+
+
+def test_a_py_file_given_to_import_and_the_probe_asks_the_registry(outside_kind, tmp_path):
+    """``--import path/to/module.py`` imports the file; its kind's cross-attention serves the
+    probe (built from the registry, its extras set by its own class) with no edit of the probe."""
+    from dna_video.common.plugins import import_requested
+    from dna_video.models.probe import ProbeClassifier
+    from dna_video.models.timesformer import timesformer
+
+    module, name = outside_kind
+    assert import_requested(["fit", f"--import={tmp_path / (module + '.py')}", "--x"]) == ["fit", "--x"]
+    assert import_requested(["--import", module]) == []  # the same module again: not run twice
+    backbone = timesformer("tiny", num_classes=0, img_size=16, num_frames=2, depth=2, embed_dim=16, num_heads=2)
+    probe = ProbeClassifier(backbone, 3, num_probes=2, cross_attention=name, alpha_init=0.25)
+    cross = attention_kind(name).cross
+    assert all(type(m.attn) is cross for m in probe.interactions)
+    # Started from the backbone's blocks: Q and K, V rows of their qkv (CrossAttention.start_from).
+    block = backbone.blocks[0].attn
+    torch.testing.assert_close(probe.interactions[0].attn.q.weight, block.qkv.weight[:16])
+    assert probe(torch.randn(1, 3, 2, 16, 16)).shape == (1, 3)
+    with pytest.raises(ValueError, match="unknown cross-attention 'tanh_dna'; choose one of"):
+        ProbeClassifier(backbone, 3, cross_attention="tanh_dna")  # registered, but with no cross class

@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 
 from analysis_trees import CLASSES, datamodule, write_class_videos
-from dna_video.analysis.inference import EvalSettings, VideoTooSmallError, load_views
+from dna_video.data.eval_settings import EvalSettings
+from dna_video.data.video import VideoTooSmallError
+from dna_video.prediction.views import load_views
 from dna_video.data import FrameSampler, VideoClipDataset, VideoListDataModule, VideoRecord, collate_videos
 from dna_video.data.decoder_log import decoder_messages, decoder_reason
 from dna_video.data.sampling import short_videos_note

@@ -17,7 +17,7 @@ import yaml
 from torch.utils.data import DataLoader
 
 from dna_video.checkpoints import PretrainedWeights
-from dna_video.checkpoints.export import export_reference
+from dna_video.export.reference import export_reference
 from dna_video.checkpoints.sources import KNOWN_WEIGHTS, weights_licence
 from dna_video.models.flops import view_cost
 from dna_video.models.timesformer import TimeSformerSpec

@@ -12,12 +12,12 @@ from dna_video.checkpoints import (
     Reason,
     TargetModel,
     convert_checkpoint,
-    export_reference,
     load_pretrained,
     read_official,
     timesformer_from_checkpoint,
 )
-from dna_video.tools.checkpoints import main as checkpoints_main
+from dna_video.export.reference import export_reference
+from dna_video.tools.export import main as export_main
 
 
 def sentinel_head(model, value=7.0):
@@ -133,7 +133,7 @@ def test_export_ref_writes_the_reference_layout_and_reads_back_to_equal_logits(t
     source = randomise(ours(attention, num_classes=3))
     ckpt = lightning_checkpoint(source, tmp_path / "last.ckpt", attention)
     out = tmp_path / "ref" / "model.pyth"
-    assert checkpoints_main(["export-ref", str(ckpt), str(out), "--epoch", "15"]) == 0
+    assert export_main(["reference", str(ckpt), str(out), "--epoch", "15"]) == 0
 
     raw = torch.load(out, map_location="cpu", weights_only=True)
     assert set(raw) == {"model_state", "epoch", "cfg"} and raw["epoch"] == 15

@@ -17,12 +17,13 @@ from scipy.linalg import subspace_angles
 from dna_video.checkpoints import (
     CheckpointError,
     detect_layout,
-    export_huggingface,
     load_pretrained,
     read_checkpoint,
     timesformer_from_checkpoint,
 )
+from dna_video.export.huggingface import export_huggingface
 from dna_video.tools.checkpoints import main as checkpoints_main
+from dna_video.tools.export import main as export_main
 from dna_video.models.timesformer import TimeSformer
 
 GEOMETRY = dict(embed_dim=32, depth=2, num_heads=2, patch_size=8, mlp_ratio=2.0)
@@ -466,7 +467,7 @@ def test_command_line_inspect_and_export(tmp_path, capsys):
     assert "layout: TimeSformer" in capsys.readouterr().out
     names = tmp_path / "classes.txt"
     names.write_text("a\nb\nc\n")
-    assert checkpoints_main(["export-hf", str(path), str(tmp_path / "hf"), "--num-heads", "2", "--class-names", str(names)]) == 0
+    assert export_main(["huggingface", str(path), str(tmp_path / "hf"), "--num-heads", "2", "--class-names", str(names)]) == 0
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert config["id2label"] == {"0": "a", "1": "b", "2": "c"} and config["num_frames"] == 4
     back, _ = timesformer_from_checkpoint(tmp_path / "hf", drop_path_rate=0.0)

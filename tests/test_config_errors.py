@@ -80,3 +80,56 @@ def test_a_clash_with_a_checkpoint_names_where_the_option_was_set():
     assert "model.num_frames: given 8 (from data.init_args.num_frames, its default), the checkpoint has 4" in text
     # Options the command never set are defaults: the checkpoint's values replace them silently.
     assert compare_hparams({"network": {"attention": "dna"}}, {"network": {"attention": "softmax"}}, "x.ckpt", {}) == []
+
+
+def test_a_model_option_the_data_fixes_stated_otherwise_is_refused_naming_both(capsys, tmp_path, monkeypatch):
+    """``model.num_frames`` / ``model.img_size`` come from the data (frames, crop): stated with
+    another value they would be overridden without a word; the command stops before building
+    anything, naming where each was set."""
+    from dna_video.training.cli import DnACLI
+
+    monkeypatch.setattr(DnACLI, "instantiate_classes", lambda self: pytest.fail("built despite the clash"))
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("model:\n  img_size: 32\n")
+    with pytest.raises(SystemExit) as stop:
+        console_main(["fit", "--config", QUICKSTART, "--config", str(mine), "--model.num_frames=16",
+                      "--data.init_args.num_frames=4", "--trainer.logger=false"])
+    assert stop.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0] == ("error: ValueError: model.num_frames is 16 on the command line, but the data fixes it: "
+                      "data.init_args.num_frames is 4 (set on the command line); model.img_size is 32 in "
+                      f"{mine}, but the data fixes it: data.init_args.crop_size is 64 (set in {QUICKSTART}). "
+                      "Set the data's option and drop the model's (docs/configs.md, \"What the data fixes\")")
+
+
+def test_the_same_value_as_the_datas_is_accepted(monkeypatch, tmp_path):
+    """A 0.2 run's config.yaml states the linked options with the data's values: it still runs."""
+    from dna_video.training.cli import DnACLI
+
+    monkeypatch.setattr(DnACLI, "_run_subcommand", lambda self, subcommand: None)
+    cli = main(["fit", "--config", QUICKSTART, "--model.num_frames=8", "--model.img_size=64",
+                f"--data.init_args.root={tmp_path}", "--trainer.logger=false"])
+    assert (cli.model.net.num_frames, cli.model.net.img_size) == (8, 64)
+
+
+@pytest.mark.parametrize("text, where, problem", [
+    ("model:\n  network:\n    arch: tiny\n   depth: 2\n", "4:4", "expected <block end>, but found '<block mapping start>'"),
+    ("model: {network: [1, 2}\n", "1:23", "expected ',' or ']', but got '}'"),
+    ("model:\n\tnetwork: 1\n", "2:1", "found character '\\t' that cannot start any token"),
+])
+def test_a_config_that_is_not_yaml_is_one_line_with_its_line_and_column(text, where, problem, tmp_path, monkeypatch):
+    """(issue 39.5) Instead of the parser's 62-line traceback: the file, line and column, and a
+    non-zero exit (SystemExit with a message: status 1); also for a config given by its shipped name."""
+    from dna_video.training import configs
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    expected = f"error: {bad}:{where}: not valid YAML: {problem}"
+    for args in (["--config", QUICKSTART, "--config", str(bad)], [f"--config={bad}"], ["-c", str(bad)]):
+        with pytest.raises(SystemExit) as stop:
+            console_main(["fit", *args])
+        assert stop.value.code == expected
+    monkeypatch.setattr(configs, "packaged_configs", lambda: {"broken": bad})
+    with pytest.raises(SystemExit) as stop:
+        console_main(["fit", "--config", "broken"])
+    assert stop.value.code == expected

@@ -171,8 +171,9 @@ def test_a_decoder_that_cannot_run_stops_with_what_to_do(monkeypatch, videos):
 
 
 def test_predict_and_analyze_take_the_checkpoints_decoder_unless_told_otherwise():
-    from dna_video.analysis.inference import _settings_from_arguments
-    from dna_video.tools.predict import _parser, settings_overrides
+    from dna_video.prediction.torch_backend import _settings_from_arguments
+    from dna_video.tools.predict import parser as _parser
+    from dna_video.tools.predict import settings_overrides
 
     assert _settings_from_arguments({}).decoder == "decord"  # a checkpoint from before the option
     saved = _settings_from_arguments({"decoder": "torchcodec", "test_num_crops": 1})

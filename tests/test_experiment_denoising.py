@@ -163,7 +163,7 @@ def test_quick_grid_end_to_end_jobs_and_only(tmp_path, capfd):
         record = json.loads((out / "denoising" / f"{name}.json").read_text())  # committed beside the CSV
         assert record["config"]["seed_everything"] == cell.seed
         init = record["config"]["model"]["init_args"]
-        assert init["pair_seed"] == cell.seed and record["config"]["data"]["init_args"]["data_seed"] == cell.seed
+        assert init["init"]["pair_seed"] == cell.seed and record["config"]["data"]["init_args"]["data_seed"] == cell.seed
         if cell.start is not None:  # the last epoch of its start, never a selected one
             assert init["init"]["source"] == str(cell.start.folder(out / "runs") / "checkpoints" / "last.ckpt")
         state = torch.load(folder / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)

@@ -1,4 +1,4 @@
-"""Export for deployment (dna_video.checkpoints.deploy, ``dna-video export``): every registered
+"""Export for deployment (dna_video.export, ``dna-video export``): every registered
 attention kind exports to ONNX and to a torch.export archive with a dynamic batch, ONNX Runtime
 gives PyTorch's logits, and the files carry what a runtime needs.
 
@@ -16,15 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from dna_video.checkpoints.deploy import (
-    ExportError,
-    export_onnx,
-    export_program,
-    export_pt2,
-    load_pt2,
-    read_metadata,
-    runtime_metadata,
-)
+from dna_video.export.errors import ExportError
+from dna_video.export.metadata import load_pt2, read_metadata, runtime_metadata
+from dna_video.export.program import export_onnx, export_program, export_pt2
 from dna_video.models.attention import attention_kind, attention_kinds, kind_of
 from dna_video.models.timesformer import TimeSformer
 from every_kind import Layout, every_kind_timesformer, kind_slots
@@ -199,7 +193,7 @@ def test_export_command_on_a_trained_checkpoint(tiny_checkpoint, tmp_path, capsy
     gives the checkpoint's logits."""
     pytest.importorskip("onnxscript")
     from dna_video.__main__ import main as dna_video
-    from dna_video.analysis.inference import load_model
+    from dna_video.prediction.torch_backend import load_model
     from dna_video.tools.export import main
 
     ckpt, settings = tiny_checkpoint
@@ -254,7 +248,7 @@ def test_export_error_names_the_operation_and_the_kind(monkeypatch, tmp_path):
 def test_export_command_error_is_one_line(tiny_checkpoint, monkeypatch, tmp_path, capsys):
     """A kind whose forward branches on data: ``export pt2`` prints one line naming the source
     line and the kind, exits 1, and writes nothing."""
-    from dna_video.analysis.inference import load_model
+    from dna_video.prediction.torch_backend import load_model
     from dna_video.tools.export import main
 
     ckpt, _ = tiny_checkpoint

@@ -1,4 +1,4 @@
-"""``dna-video export onnx --int8`` (dna_video.checkpoints.deploy.quantize_onnx): ONNX Runtime's
+"""``dna-video export onnx --int8`` (dna_video.export.int8.quantize_onnx): ONNX Runtime's
 dynamic int8 quantisation of an exported model, beside it, with the same metadata.
 
 Checked against independent counts taken from the fp32 graph: every weight of a MatMul, Gemm or
@@ -24,13 +24,10 @@ import sys
 import numpy as np
 import pytest
 
-from dna_video.checkpoints.deploy import (
-    ExportError,
-    export_onnx,
-    int8_path,
-    quantize_onnx,
-    runtime_metadata,
-)
+from dna_video.export.errors import ExportError
+from dna_video.export.int8 import int8_path, quantize_onnx
+from dna_video.export.metadata import runtime_metadata
+from dna_video.export.program import export_onnx
 from test_export import SETTINGS, TINY, build, clips
 
 onnx = pytest.importorskip("onnx")
@@ -100,7 +97,7 @@ def test_int8_graph_multiplies_weights_in_integers(models):
 
 
 def test_int8_carries_the_metadata_and_runs_in_the_runtime(models):
-    from dna_video.runtime.model import load_onnx_model
+    from dna_video.prediction.onnx_backend import load_onnx_model
 
     net, metadata, fp32_path, int8_file = models
     properties = {p.key: json.loads(p.value) for p in onnx.load(str(int8_file)).metadata_props}
@@ -149,7 +146,7 @@ def test_export_int8_command_and_predict_unchanged(tiny_checkpoint, new_videos, 
     """``export onnx CKPT OUT --int8`` writes both files; ``predict OUT.int8.onnx`` runs it as it
     runs OUT.onnx, and on the dark vs bright model both name each new video's class."""
     from dna_video.tools.export import main as export
-    from dna_video.tools.predict_onnx import main as predict
+    from dna_video.tools.predict import main as predict
 
     ckpt, _ = tiny_checkpoint
     dark, bright = str(new_videos["dark"]), str(new_videos["bright"])

@@ -4,6 +4,7 @@ without it, less peak memory, the options typed in the spec and kept in checkpoi
 without the finer settings, still load). The curve at TimeSformer-B size:
 ``python -m benchmarks --sections memory``."""
 
+from collections import Counter
 from dataclasses import asdict
 
 import lightning
@@ -113,3 +114,42 @@ def test_the_options_are_typed_and_kept_in_checkpoints(tmp_path):
         TimeSformerSpec(arch="tiny", grad_checkpointing_every=0).build(5, 4, 32)
     with pytest.raises(ValueError, match="grad_checkpointing_part='mlp'"):
         TimeSformerSpec(arch="tiny", grad_checkpointing_part="mlp").build(5, 4, 32)
+
+
+# (depth, grad_checkpointing_every) -> the blocks the docs say are recomputed: 0, k, 2k, ...
+RECOMPUTED = {
+    (4, 1): {0, 1, 2, 3},
+    (4, 2): {0, 2},
+    (5, 2): {0, 2, 4},
+    (6, 3): {0, 3},
+    (3, 4): {0},
+}
+
+
+@pytest.mark.parametrize("part", ["block", "attention"])
+@pytest.mark.parametrize("depth, every", list(RECOMPUTED))
+def test_backward_recomputes_exactly_blocks_0_k_2k(depth, every, part):
+    """Which sublayers backward starts a second time, counted by forward pre-hooks (a
+    recomputation may stop once it has what backward needs, before a module returns): with
+    ``block`` the chosen blocks (and their attentions), with ``attention`` only the chosen
+    blocks' two attentions, never a block or an MLP; forward runs everything once. Outputs and
+    gradients cannot tell which blocks were chosen (any choice gives the same)."""
+    net = configure(randomised(depth=depth), (True, every, part)).train()
+    calls: Counter = Counter()
+    for index, block in enumerate(net.blocks):
+        for name, module in (("block", block), ("spatial", block.attn), ("temporal", block.temporal_attn),
+                             ("mlp", block.mlp)):
+            module.register_forward_pre_hook(lambda *_, key=(name, index): calls.update([key]))
+    video = torch.randn(2, 3, 4, 32, 32, generator=torch.Generator().manual_seed(2))
+    out = net(video)
+    assert set(calls.values()) == {1} and len(calls) == 4 * depth
+    calls.clear()
+    out.square().sum().backward()
+    again = {name: {i for (n, i) in calls if n == name} for name in ("block", "spatial", "temporal", "mlp")}
+    chosen = RECOMPUTED[(depth, every)]
+    assert (again["spatial"], again["temporal"]) == (chosen, chosen)
+    if part == "block":
+        assert again["block"] == chosen and again["mlp"] <= chosen
+    else:
+        assert again["block"] == again["mlp"] == set()
+    assert set(calls.values()) == {1}  # once each, not more

@@ -17,20 +17,30 @@ from pathlib import Path
 
 PACKAGE = "dna_video"
 
-# (layer name, module prefixes), lowest first. A prefix is a dotted module path and covers the
-# modules below it; the longest matching prefix wins. Names not yet in the package are where
-# modules of that kind go.
+# (layer name, module prefixes), lowest first: one layer per folder of the package, so that
+# no two folders can import each other. A prefix is a dotted module path and covers the
+# modules below it; the longest matching prefix wins.
 LAYERS: list[tuple[str, list[str]]] = [
     ("foundations", ["dna_video.common"]),
-    ("networks and data", ["dna_video.models", "dna_video.data"]),
+    ("networks", ["dna_video.models"]),
+    ("data", ["dna_video.data"]),
     ("checkpoints", ["dna_video.checkpoints"]),
-    # Tasks and analysis are one layer: either may import the other.
-    ("tasks and analysis", ["dna_video.tasks", "dna_video.analysis"]),
-    # An exported model without torch (ONNX Runtime): over data and analysis's numpy parts.
-    ("runtime", ["dna_video.runtime"]),
+    # What a run left behind (folders, runs.jsonl, summary.json, model card): plain files, no
+    # torch at import (test_the_runs_room_imports_neither_torch_nor_lightning).
+    ("runs", ["dna_video.runs"]),
+    # A trained model written for others: ONNX, pt2, int8, Hugging Face, the reference's .pyth.
+    ("export", ["dna_video.export"]),
+    ("tasks", ["dna_video.tasks"]),
+    # The study of models: maps, subspaces, denoising measures, evaluation reports, figures.
+    ("analysis", ["dna_video.analysis"]),
+    # A model on videos, long videos and live sources: one pipeline, a checkpoint's network or an
+    # exported model on ONNX Runtime (without torch) behind one protocol.
+    ("prediction", ["dna_video.prediction"]),
     ("command line", ["dna_video.training"]),
     ("tools", ["dna_video.tools", "dna_video.__main__"]),
 ]
+# The layers that hold networks and data: no Lightning there but the DataModules.
+NETWORK_LAYERS = ("networks", "data")
 # Outside the layers, as importer and as target: the package root (it may re-export, lazily),
 # and the data packages (class lists and splits, example configs).
 EXEMPT = {"dna_video", "dna_video.resources", "dna_video.resources.configs"}
@@ -133,6 +143,46 @@ def test_every_module_is_placed():
     assert not unplaced, "modules in no layer of LAYERS (place each in the table): " + ", ".join(unplaced)
 
 
+def _folders() -> list[str]:
+    """Every folder of the package that holds Python modules, as a dotted name."""
+    return sorted(f"{PACKAGE}.{d.name}" for d in ROOT.iterdir() if d.is_dir() and any(d.rglob("*.py")))
+
+
+def test_every_folder_is_a_layer_of_its_own():
+    """Each folder of the package is named in LAYERS, alone in its layer: imports between two
+    folders can then only point one way."""
+    named = [prefix for _, prefixes in LAYERS for prefix in prefixes]
+    missing = [f for f in _folders() if f not in named and f not in EXEMPT]
+    assert not missing, "folders in no layer of LAYERS: " + ", ".join(missing)
+    shared = [name for name, prefixes in LAYERS if sum(p in _folders() for p in prefixes) > 1]
+    assert not shared, "layers holding several folders: " + ", ".join(shared)
+    gone = [p for p in named if p != f"{PACKAGE}.__main__" and p not in MODULES]
+    assert not gone, "LAYERS names folders that are not in the package: " + ", ".join(gone)
+
+
+def test_no_two_folders_import_each_other():
+    """Folder by folder (any module of one importing any module of the other), no pair imports
+    both ways."""
+    edges: dict[tuple[str, str], str] = {}
+    for imp in IMPORTS:
+        if not _inside(imp.target) or imp.importer.count(".") < 1 or imp.target.count(".") < 1:
+            continue
+        pair = (imp.importer.split(".")[1], imp.target.split(".")[1])
+        if pair[0] != pair[1]:
+            edges.setdefault(pair, f"{imp.file}:{imp.line}")
+    both = sorted({tuple(sorted(p)) for p in edges if (p[1], p[0]) in edges})
+    assert not both, "folders importing each other: " + "; ".join(
+        f"{a} <-> {b} ({edges[(a, b)]}, {edges[(b, a)]})" for a, b in both)
+
+
+def test_contributing_lists_every_folder():
+    """CONTRIBUTING.md's table of folders names each folder of the package."""
+    text = (ROOT.parent / "CONTRIBUTING.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| `dna_video/")]
+    missing = [f for f in _folders() if f not in EXEMPT and not any(f"`{f.replace('.', '/')}/`" in r for r in rows)]
+    assert not missing, "folders missing from CONTRIBUTING.md's table: " + ", ".join(missing)
+
+
 def test_imports_point_down():
     bad = []
     for imp in IMPORTS:
@@ -207,9 +257,10 @@ def test_networks_import_no_lightning():
     bad = [
         f"{i.importer} imports {i.target} at {i.file}:{i.line}"
         for i in IMPORTS
-        if i.target in LIGHTNING and _layer(i.importer) == 0 and i.importer not in LIGHTNING_ALLOWED
+        if i.target in LIGHTNING and _layer(i.importer) is not None
+        and LAYERS[_layer(i.importer)][0] in NETWORK_LAYERS and i.importer not in LIGHTNING_ALLOWED
     ]
-    assert not bad, "Lightning in the networks (layer 0):\n" + "\n".join(bad)
+    assert not bad, "Lightning in the networks or data:\n" + "\n".join(bad)
 
 
 def test_rendering_and_writing_a_scene_import_neither_torch_nor_lightning():
@@ -223,8 +274,8 @@ def test_rendering_and_writing_a_scene_import_neither_torch_nor_lightning():
 
 # What `dna-video predict CKPT ...` imports when it starts, and when it runs a timeline, a
 # stream or an annotated video (the tool imports these modules in the functions that do).
-PREDICT = ["dna_video.tools.predict", "dna_video.analysis.timeline", "dna_video.analysis.window_network",
-           "dna_video.analysis.stream", "dna_video.analysis.annotate"]
+PREDICT = ["dna_video.tools.predict", "dna_video.prediction.torch_backend", "dna_video.prediction.onnx_backend",
+           "dna_video.prediction.timeline", "dna_video.prediction.stream", "dna_video.prediction.annotate"]
 
 
 def _import_path(roots: list[str], wanted: set[str]) -> list[str] | None:
@@ -262,3 +313,25 @@ def test_predict_starts_without_lightning():
     assert chain is None, "predict imports Lightning: " + " -> ".join(chain)
     # The check sees a chain where there is one (the training command's).
     assert _import_path(["dna_video.training.cli"], LIGHTNING)[0] == "dna_video.training.cli"
+
+
+def test_the_predict_command_starts_without_torch_or_matplotlib():
+    """``dna-video predict`` starts light: its command module (and the pipeline's modules it
+    imports) import no torch (only a checkpoint's backend does, when one is loaded), no
+    matplotlib (only a timeline's PNG does, when written) and no Lightning."""
+    heavy = {"torch", "torchvision", "einops", "timm", "matplotlib", "onnxruntime"} | LIGHTNING
+    chain = _import_path(["dna_video.__main__", "dna_video.tools.predict", "dna_video.prediction.onnx_backend"], heavy)
+    assert chain is None, "predict imports at start: " + " -> ".join(chain)
+    # The check sees a chain where there is one (a checkpoint's backend imports torch).
+    assert _import_path(["dna_video.prediction.torch_backend"], heavy)[-1] in heavy
+
+
+def test_the_runs_room_imports_neither_torch_nor_lightning():
+    """What a run left behind is plain files: importing any module of ``dna_video.runs`` (and
+    the packages above it) loads no torch or Lightning, read statically; a model card imports
+    torch inside the functions that build the network. ``tests/test_runs_room.py`` runs it
+    where importing torch fails."""
+    room = [m for m in MODULES if m == "dna_video.runs" or m.startswith("dna_video.runs.")]
+    assert len(room) >= 5, room
+    chain = _import_path(room, {"torch", "torchvision", "lightning", "pytorch_lightning"})
+    assert chain is None, "dna_video.runs imports torch or Lightning: " + " -> ".join(chain)

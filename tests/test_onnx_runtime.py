@@ -1,4 +1,4 @@
-"""``dna-video predict MODEL.onnx`` (dna_video.runtime, dna_video.tools.predict_onnx): the tiny model
+"""``dna-video predict MODEL.onnx`` (dna_video.prediction.onnx_backend, dna_video.tools.predict): the tiny model
 trained in the tests (conftest's ``tiny_checkpoint``: dark vs bright clips, 4 frames 2 apart, 3 crops
 of 32) exported once, then run on ONNX Runtime in a process where importing torch fails, on single
 videos and on a long one (timeline); its answers against the PyTorch ``predict``'s.
@@ -30,9 +30,9 @@ import torch
 
 from analysis_trees import CLASSES, write_class_videos
 from dna_video.data.transforms import EvalClipTransform
-from dna_video.runtime.model import mean_view_probs, providers_for
-from dna_video.runtime.preprocess import clip_views, resized_size
-from dna_video.tasks.views import mean_view_probs as torch_mean_view_probs
+from dna_video.prediction.onnx_backend import providers_for
+from dna_video.prediction.views import clip_views, resized_size
+from dna_video.tasks.views import mean_view_probs
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
@@ -80,7 +80,7 @@ def class_videos(tmp_path_factory) -> Path:
 
 # -- what the runtime imports --------------------------------------------------------------------
 
-TORCH_FREE = ["dna_video.runtime.inference", "dna_video.tools.predict_onnx", "dna_video.__main__"]
+TORCH_FREE = ["dna_video.prediction.onnx_backend", "dna_video.tools.predict", "dna_video.__main__"]
 TORCH_WORLD = {"torch", "torchvision", "lightning", "pytorch_lightning", "torchmetrics", "einops", "timm",
                "pytorchvideo"}
 
@@ -131,7 +131,7 @@ def test_the_runtime_modules_import_no_torch():
                 todo.append(name)
             else:
                 outside.setdefault(name.split(".")[0], set()).add(module)
-    assert "dna_video.runtime.model" in seen and "dna_video.analysis.windows" in seen
+    assert "dna_video.prediction.timeline" in seen and "dna_video.prediction.stream" in seen
     assert not {k: sorted(v) for k, v in outside.items() if k in TORCH_WORLD}
 
 
@@ -166,12 +166,12 @@ def test_resized_size_follows_torchvision():
 @pytest.mark.parametrize("on", ["logits", "probs"])
 def test_views_combine_as_evaluation_does(on):
     logits = np.random.default_rng(0).normal(0, 3, (4, 6, 5)).astype(np.float32)
-    expected = torch_mean_view_probs(torch.from_numpy(logits), on).numpy()
+    expected = mean_view_probs(torch.from_numpy(logits), on).numpy()
     np.testing.assert_allclose(mean_view_probs(logits, on), expected, rtol=0, atol=1e-6)
 
 
 def test_device_picks_the_provider_onnx_runtime_has():
-    from dna_video.runtime.model import OnnxModelError
+    from dna_video.prediction.onnx_backend import OnnxModelError
 
     assert providers_for(None, ["CPUExecutionProvider"])[0] == ["CPUExecutionProvider"]
     assert providers_for(None, ["CUDAExecutionProvider", "CPUExecutionProvider"])[0][0] == "CUDAExecutionProvider"
@@ -267,8 +267,8 @@ def test_stream_without_torch_agrees_with_pytorch(tiny_checkpoint, onnx_model, t
     of the PyTorch timeline's, and the annotated copy holds every frame."""
     import av
 
-    from dna_video.analysis.inference import load_model
-    from dna_video.analysis.timeline import video_timeline
+    from dna_video.prediction.timeline import video_timeline
+    from dna_video.prediction.torch_backend import load_model
     from dna_video.data.video import write_video
     from test_timeline import FPS, long_frames
 
@@ -293,7 +293,7 @@ def test_stream_without_torch_agrees_with_pytorch(tiny_checkpoint, onnx_model, t
 
 
 def test_options_an_onnx_model_cannot_honour_are_refused(onnx_model, class_videos, capsys):
-    from dna_video.tools.predict_onnx import main
+    from dna_video.tools.predict import main
 
     with pytest.raises(SystemExit, match="--features is for a checkpoint"):
         main([str(onnx_model), str(class_videos), "--features", "f.npy"])
@@ -309,7 +309,7 @@ def test_options_an_onnx_model_cannot_honour_are_refused(onnx_model, class_video
 def test_an_onnx_file_without_our_metadata_is_named(onnx_model, class_videos, tmp_path):
     import onnx
 
-    from dna_video.tools.predict_onnx import main
+    from dna_video.tools.predict import main
 
     model = onnx.load(str(onnx_model))
     del model.metadata_props[:]

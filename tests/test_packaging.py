@@ -22,10 +22,17 @@ REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
 # Build outputs and generated data: not part of what pip builds from a clean checkout.
-_NOT_SOURCES = shutil.ignore_patterns(
+_GENERATED = shutil.ignore_patterns(
     ".git", ".venv", ".cache", ".pytest_cache", "__pycache__", "*.egg-info", "build", "dist", "runs",
     "lightning_logs", "mini",
 )
+
+
+def _NOT_SOURCES(folder: str, names: list[str]) -> set[str]:
+    """What :data:`_GENERATED` matches, except the package's own ``dna_video/runs/`` (source code,
+    not a folder of training runs)."""
+    ignored = set(_GENERATED(folder, names))
+    return ignored - {"runs"} if Path(folder).name == "dna_video" else ignored
 
 
 @pytest.fixture(scope="session")
@@ -249,7 +256,7 @@ NOT_IMPORTED = {
 
 # Extras the package imports only where they are used (the code says which extra to install).
 PACKAGE_EXTRAS = {
-    "deploy": "dna-video export onnx (dna_video.checkpoints.deploy)",
+    "deploy": "dna-video export onnx (dna_video.export)",
     "torchcodec": "the data option decoder=torchcodec (dna_video.data.decoders)",
 }
 

@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from dna_video.checkpoints import PretrainedWeights
+from dna_video.checkpoints import PretrainedWeights, load_weights
 from dna_video.models.attention import attention_kind, attention_kinds, init_negative_branch
 from dna_video.models.init import init_module
 from dna_video.models.pairing import kind_pairing, pairing_table, parameter_pairing, stream_seed
@@ -126,7 +126,7 @@ def finetuned(kind, path, pair_seed, global_seed, draws=0, policy="random"):
     net = build(kind, pair_seed, global_seed, draws)
     torch.manual_seed(global_seed)
     torch.rand(draws)
-    PretrainedWeights(source=str(path), dna_init=policy).load_into(net, pair_seed=pair_seed)
+    load_weights(net, PretrainedWeights(source=str(path), dna_init=policy, pair_seed=pair_seed))
     return net.state_dict()
 
 
@@ -172,19 +172,22 @@ def test_dna_init_draws_come_from_the_pair_stream(policy, softmax_checkpoint):
 
 
 @pytest.mark.slow
-def test_pair_seed_on_the_command_line(tmp_path):
-    """``--model.pair_seed 3`` reaches the network: a DnA and a softmax model of the quickstart
-    architecture share every tensor of the softmax one but the head (the class count is the
-    same: the head too)."""
+@pytest.mark.parametrize("option", ["--model.init.pair_seed", "--model.pair_seed"], ids=["init.pair_seed", "old name"])
+def test_pair_seed_on_the_command_line(tmp_path, option, caplog):
+    """``--model.init.pair_seed 3`` (``--model.pair_seed`` before 0.3, read as it with a warning)
+    reaches the network: a DnA and a softmax model of the quickstart architecture share every
+    tensor of the softmax one but the head (the class count is the same: the head too)."""
     from dna_video.training.cli import main
 
     def model(kind):
         return main(["--config", "configs/quickstart.yaml", f"--data.init_args.root={tmp_path / 'v'}",
-                     "--trainer.logger=false", "--model.pair_seed", "3", "--model.network.depth=1",
+                     "--trainer.logger=false", option, "3", "--model.network.depth=1",
                      f"--model.network.attention={kind}"], run=False).model
 
+    caplog.set_level("WARNING", logger="dna_video")
     dna, softmax = model("dna"), model("softmax")
-    assert dna.hparams.pair_seed == 3
+    assert dna.hparams.init["pair_seed"] == 3 and dna.init.pair_seed == 3
+    assert ("--model.pair_seed -> --model.init.pair_seed" in caplog.text) == (option == "--model.pair_seed")
     dna_state, softmax_state = dna.net.state_dict(), softmax.net.state_dict()
     extras = expected_extras(dna.net, "dna")
     assert extras and set(softmax_state) == set(dna_state) - extras
@@ -195,3 +198,14 @@ def test_pair_seed_on_the_command_line(tmp_path):
 def test_a_non_integer_pair_seed_is_refused():
     with pytest.raises(TypeError, match="pair_seed must be an integer"):
         spec("dna").build(**GEOMETRY, pair_seed="3")
+
+
+def test_load_into_still_loads_with_a_warning(softmax_checkpoint):
+    """``PretrainedWeights(...).load_into(net, pair_seed=s)`` (before 0.3): the same weights as
+    ``load_weights`` with ``pair_seed`` in the weights, and a DeprecationWarning."""
+    net = build("dna", 3, global_seed=0)
+    with pytest.warns(DeprecationWarning, match="load_weights"):
+        PretrainedWeights(source=str(softmax_checkpoint), dna_init="random").load_into(net, pair_seed=3)
+    expected = finetuned("dna", softmax_checkpoint, 3, global_seed=5)
+    for key, value in net.state_dict().items():
+        assert torch.equal(value, expected[key]), key

@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 
 from analysis_trees import CLASSES, datamodule
-from dna_video.analysis.inference import load_model
+from dna_video.prediction.torch_backend import load_model
 from dna_video.training.callbacks.evaluation_report import EvaluationReportWriter
 from dna_video.tasks.video import VideoClassifier
 from dna_video.tools.predict import collect_videos, main
@@ -177,7 +177,7 @@ def test_subspaces_of_a_reference_layout_checkpoint(tiny_checkpoint, tmp_path):
     """A checkpoint in the DnA reference's own layout (no hyper-parameters) is read by the
     importer: the same records as from the .ckpt it was exported from."""
     from dna_video.analysis.subspaces import subspace_records
-    from dna_video.checkpoints import export_reference
+    from dna_video.export.reference import export_reference
 
     ckpt, _ = tiny_checkpoint
     net = load_model(ckpt).net
@@ -219,3 +219,28 @@ def test_predict_and_analyze_name_a_checkpoint_of_another_task_in_one_line(task,
     with pytest.raises(SystemExit) as info:
         analyze(["maps", str(path), str(video), "--out", str(tmp_path / "maps")])
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize("asked", [["--help"], ["-h"]])
+def test_predict_help_shows_the_file_modes_options_and_the_config_mode(asked, capsys, monkeypatch):
+    """``dna-video predict --help`` is the tool's help (not LightningCLI's ~700 lines): the file
+    mode's options and how the config mode is used and its options seen; ``predict --config C``
+    (an option first) still goes to LightningCLI, its ``--help`` too."""
+    import sys
+    from types import SimpleNamespace
+
+    from dna_video.__main__ import main as dna_video
+
+    given = []
+    monkeypatch.setitem(sys.modules, "dna_video.training.cli", SimpleNamespace(console_main=given.append))
+    with pytest.raises(SystemExit) as stop:
+        dna_video(["predict", *asked])
+    assert stop.value.code == 0 and given == []
+    text = capsys.readouterr().out
+    assert text.startswith("usage: dna-video predict [-h]") and len(text.splitlines()) < 120
+    for option in ("--timeline", "--stream", "--out", "--smooth", "--stride", "--annotate", "--no-drop", "--crops"):
+        assert f"  {option}" in text, option
+    assert "dna-video predict --config C --ckpt_path K" in text and "dna-video predict --config C --help" in text
+    dna_video(["predict", "--config", "c.yaml", "--help"])
+    dna_video(["predict", "--config", "c.yaml", "--ckpt_path", "k.ckpt"])
+    assert given == [["predict", "--config", "c.yaml", "--help"], ["predict", "--config", "c.yaml", "--ckpt_path", "k.ckpt"]]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dna_video.__main__ import TOOLS
-from dna_video.checkpoints.upgrade import OPTIONS_0_1
+from dna_video.checkpoints.upgrade import RENAMED_OPTIONS
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -87,9 +87,9 @@ def test_commands_table_names_every_subcommand_and_only_existing_ones():
     assert any(w[1:2] == ["--config"] for w in predicts) and any(w[1:2] and not w[1].startswith("-") for w in predicts)
 
 
-@pytest.mark.parametrize("tool", ["analyze", "checkpoints"])
+@pytest.mark.parametrize("tool", ["analyze", "checkpoints", "export"])
 def test_commands_table_names_existing_tool_subcommands(tool):
-    """``analyze maps``, ``checkpoints export-ref``...: each second word is one the tool's own
+    """``analyze maps``, ``export reference``...: each second word is one the tool's own
     parser takes (its ``--help`` exits 0; an unknown choice exits 2)."""
     subs = {words[1] for words in _table_commands() if words[0] == tool and len(words) > 1}
     assert subs, f"the Commands table names no `{tool}` subcommand"
@@ -112,7 +112,29 @@ def test_readme_and_docs_use_0_2_option_names():
     for path in [README, *DOCS]:
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             for match in _OPTION.finditer(line):
-                if match.group(1) in OPTIONS_0_1:
-                    new = OPTIONS_0_1[match.group(1)]
-                    old.append(f"{path.relative_to(REPO)}:{number}: {match.group(0)} (0.2: model.{new})")
-    assert not old, "0.1 option names:\n" + "\n".join(old)
+                if match.group(1) in RENAMED_OPTIONS:
+                    new = RENAMED_OPTIONS[match.group(1)]
+                    old.append(f"{path.relative_to(REPO)}:{number}: {match.group(0)} (now: model.{new})")
+    assert not old, "old option names:\n" + "\n".join(old)
+
+
+# The documents a user reads after the README's first command (the CHANGELOG is history).
+USER_DOCS = [README, *DOCS, REPO / "CONTRIBUTING.md", REPO / "benchmarks" / "README.md"]
+_PIP = re.compile(r"\bpip3? (?:install|wheel|download|uninstall)\b")
+
+
+def test_every_pip_command_installs_into_the_readme_environment():
+    """The README's first command makes ``.venv`` and installs with ``.venv/bin/pip``; every
+    ``pip`` command after it in the README and the docs does the same (``.venv/bin/pip`` or
+    ``.venv/bin/python -m pip``): a bare ``pip`` without an activated environment installs
+    into whichever Python comes first on the PATH."""
+    first = re.match(r"# [^\n]+\n\n```bash\n([^\n]+)\n```", _text()).group(1)
+    assert "python3.11 -m venv .venv && .venv/bin/pip install" in first
+    bare = []
+    for path in USER_DOCS:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for match in _PIP.finditer(line):
+                before = line[: match.start()]
+                if not (before.endswith(".venv/bin/") or re.search(r"\.venv/bin/python[\d.]* -m $", before)):
+                    bare.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
+    assert not bare, "pip commands outside the README's .venv (write .venv/bin/pip):\n" + "\n".join(bare)

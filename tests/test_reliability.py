@@ -21,7 +21,8 @@ from torch.utils.data import DataLoader
 
 from dna_video.training.callbacks.guard import NonFiniteError, NonFiniteGuard
 from run_helpers import short_run_args
-from dna_video.training.runs import AtomicCheckpointIO, Experiment, RestoreError, compare_hparams, find_latest_run, record_run
+from dna_video.runs.registry import Experiment, RestoreError, find_latest_run, record_run
+from dna_video.training.runs import AtomicCheckpointIO, compare_hparams
 
 REPO = Path(__file__).resolve().parents[1]
 

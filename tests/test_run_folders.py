@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from dna_video.training.cli import main
-from dna_video.common.run_folders import run_files
+from dna_video.runs.folders import claim_version_folder, run_files
 from dna_video.training.runs import RestoreError, claim_run_folder
 from run_helpers import short_run_args
 
@@ -56,6 +56,45 @@ def test_claim_skips_taken_numbers_and_any_folder_a_racing_run_made(tmp_path):
     first, second = Logger(), Logger()
     assert claim_run_folder(first) == tmp_path / "exp" / "version_4" and first._version == 4
     assert claim_run_folder(second) == tmp_path / "exp" / "version_5" and second._version == 5
+
+
+@pytest.mark.parametrize("rival", ["made after the listing", "missing from the listing"])
+def test_claim_moves_past_a_folder_the_listing_did_not_show(tmp_path, monkeypatch, rival):
+    """A deterministic race: another run holds version_2 and version_3, but the claim's listing
+    of the folder does not show them (made between the listing and the claim, or a listing that
+    lags, as on a network file system). The claim must take version_4, a folder nobody had,
+    and never hand back one that exists. (Two fits started together rarely reach this.)"""
+    root = tmp_path / "exp"
+    for n in (0, 1):
+        (root / f"version_{n}").mkdir(parents=True)
+    (root / "version_1" / "config.yaml").write_text("the run of version_1\n")
+    rivals = [root / "version_2", root / "version_3"]
+    real_glob = Path.glob
+
+    def stale_glob(self, pattern, *args, **kwargs):
+        if rival == "missing from the listing":
+            for folder in rivals:
+                folder.mkdir(exist_ok=True)
+        listed = list(real_glob(self, pattern, *args, **kwargs))
+        for folder in rivals:
+            folder.mkdir(exist_ok=True)
+            (folder / "config.yaml").write_text(f"the run of {folder.name}\n")
+        return iter([p for p in listed if p not in rivals])  # what this run saw: versions 0 and 1
+
+    monkeypatch.setattr(Path, "glob", stale_glob)
+    existing = {p.name for p in root.iterdir()}
+    folder, number = claim_version_folder(root)
+    assert (folder, number) == (root / "version_4", 4)
+    assert folder.name not in existing and folder.is_dir() and not list(folder.iterdir())
+    for other in rivals:  # the other runs' folders are theirs, untouched
+        assert (other / "config.yaml").read_text() == f"the run of {other.name}\n"
+
+    class Logger:  # the two attributes a folder logger has
+        root_dir = str(root)
+        _version = None
+
+    logger = Logger()  # the listing still lags: the logger gets the next folder nobody had
+    assert claim_run_folder(logger) == root / "version_5" and logger._version == 5
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""``predict --stream`` (dna_video.analysis.stream, tools.predict_cli.run_live) with the tiny
+"""``predict --stream`` (dna_video.prediction.stream, tools.predict.run_live) with the tiny
 dark-vs-bright model trained in the tests (conftest's ``tiny_checkpoint``: 4 frames 2 apart, 3
 crops of 32; windows of 8 frames every 4).
 
@@ -7,7 +7,10 @@ crops of 32; windows of 8 frames every 4).
 * a deliberately slowed model: windows skipped and frames dropped, both counted (the counts
   checked against the plan), and each answer is still exactly its own window's;
 * a source that fails mid-stream (a truncated file) ends in one line; the CSV keeps its rows;
-* an HTTP URL (a local server); the live plan against the file's; option mistakes in one line.
+* an HTTP URL (a local server); the live plan against the file's; option mistakes in one line;
+* the drop accounting, every branch (held frames evicted unused, frames arriving below the next
+  window, ``--no-drop``), with a scripted source and a slow stand-in model, against hand counts;
+* a file whose length leaves a tail: the stream answers its timeline's windows, the tail's too.
 
 The ONNX model streaming without torch: ``tests/test_onnx_runtime.py`` (its exported model).
 """
@@ -21,17 +24,18 @@ import json
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import av
 import numpy as np
 import pytest
 
-from dna_video.analysis.annotate import bar_rows
-from dna_video.analysis.inference import load_model
-from dna_video.analysis.stream import LiveCsv, LivePlan, LiveWindow, display_name, stream_stem
-from dna_video.analysis.timeline import video_timeline
-from dna_video.analysis.window_network import WindowNetwork
-from dna_video.analysis.windows import Stride, plan_windows
+from dna_video.prediction.annotate import bar_rows
+from dna_video.prediction.stream import LiveCsv, LivePlan, LiveWindow, display_name, stream_stem
+from dna_video.prediction.timeline import video_timeline
+from dna_video.prediction.torch_backend import TorchModel, load_model
+from dna_video.prediction.windows import Stride, plan_windows
+from dna_video.data.eval_settings import EvalSettings
 from dna_video.data.sampling import FrameSampler
 from dna_video.data.video import write_video
 from dna_video.tools.predict import main
@@ -175,13 +179,13 @@ def test_a_slow_model_skips_windows_counts_drops_and_answers_each_window(tiny_ch
                                                                           tmp_path, capsys, monkeypatch):
     """A model 3x slower than the windows come: the newest complete window is taken, the others
     skipped; the counts are the plan's (independent count below), every row is its own window."""
-    original = WindowNetwork.probs_of
+    original = TorchModel.probs_of
 
     def slow(self, windows):
         time.sleep(0.2)  # windows come every 4 frames: 67 ms at 2x real time
         return original(self, windows)
 
-    monkeypatch.setattr(WindowNetwork, "probs_of", slow)
+    monkeypatch.setattr(TorchModel, "probs_of", slow)
     out = tmp_path / "live"
     assert main([str(tiny_checkpoint[0]), str(long_video), "--stream", "--speed", "2", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -271,3 +275,141 @@ def test_a_stream_of_two_sources_and_a_source_that_cannot_open_are_named(tiny_ch
     with pytest.raises(SystemExit) as stop:
         main([str(tiny_checkpoint[0]), "rtsp://viewer:secret@127.0.0.1:9/live", "--stream", "--out", str(tmp_path)])
     assert str(stop.value.code) == "error: cannot open rtsp://viewer@127.0.0.1:9/live: Connection refused"
+
+
+# -- the drop accounting, branch by branch (a scripted source, a slow stand-in model) ------------
+
+# The tiny model's plan (4 frames 2 apart, windows every 4 at 30 fps): window w samples frames
+# 4w, 4w + 2, 4w + 4, 4w + 6 and ends at frame 4w + 8. Each script is the frames that arrive
+# while the model answers one window: a model as slow as the script makes it, deterministically.
+# Expected, from the plan by hand: answered windows; skipped; dropped, split into the held frames
+# evicted unused (kept for a window that was then skipped) and the frames that arrived already
+# below the next window's first (never prepared); frames read; frames after the last window's end.
+SCRIPTS = {
+    # 0-5 wait for window 0; 6-13 complete 0 and 1 at once: 0 skipped, its held 0 and 2 evicted.
+    "evicted held frames": ([range(0, 6), range(6, 14), range(14, 18)], True,
+                            dict(answered=[1, 2], skipped=1, evicted=2, below_floor=0, read=18, after=2)),
+    # 0-17 complete windows 0-2 at once: 0 and 1 skipped, their frames 0-6 arrive below window 2's first.
+    "frames below the floor": ([range(0, 18), range(18, 20)], True,
+                               dict(answered=[2, 3], skipped=2, evicted=0, below_floor=4, read=20, after=0)),
+    # Both, twice: 0, 2, 4 held then evicted, 6 below; 16 held then evicted, 18 below.
+    "both": ([range(0, 6), range(6, 18), range(18, 30), range(30, 34)], True,
+             dict(answered=[2, 5, 6], skipped=4, evicted=4, below_floor=2, read=34, after=2)),
+    # --no-drop: the same source, every window answered in order, nothing dropped.
+    "--no-drop": ([range(0, 6), range(6, 18), range(18, 30), range(30, 34)], False,
+                  dict(answered=list(range(7)), skipped=0, evicted=0, below_floor=0, read=34, after=2)),
+}
+
+
+class ScriptedReader:
+    """A :class:`~dna_video.prediction.stream.FrameReader` stand-in: each ``take()`` hands on the
+    next batch of the script (the frames ``keep`` accepts, in order); frame i's pixels all equal i."""
+
+    def __init__(self, batches, keep, name="scripted"):
+        self.batches, self.keep, self.name = [list(b) for b in batches], keep, name
+        self.frames_read, self.error, self.stopped = 0, None, False
+        self.started_at = self.ended_at = 0.0
+
+    def start(self):
+        self.started_at = time.perf_counter()
+
+    def take(self, wait_s=0.5):
+        batch = self.batches.pop(0) if self.batches else []
+        self.frames_read += len(batch)
+        arrived = [SimpleNamespace(index=i, arrival=time.perf_counter(), frame=np.full((2, 2, 3), i, np.uint8))
+                   for i in batch if self.keep(i)]
+        if not self.batches:
+            self.ended_at = time.perf_counter()
+        return arrived, not self.batches
+
+    def stop(self):
+        self.stopped = True
+
+    def join(self, timeout=None):
+        pass
+
+
+class StandIn:
+    """A backend stand-in: frames prepared as they are, each window answered with its frames noted."""
+
+    settings = EvalSettings(num_frames=4, sampling_rate=2, target_fps=None, crop_size=2, num_crops=1)
+    class_names, source, patch_size = ["a", "b"], "stand-in", 0
+
+    def __init__(self):
+        self.windows = []
+
+    def prepare(self, frames):
+        return frames
+
+    def probs_of(self, windows):
+        self.windows += [[int(frame[0, 0, 0]) for frame in window] for window in windows]
+        return np.tile([[0.75, 0.25]], (len(windows), 1))
+
+
+def expected_dropped(plan, answered):
+    """Sampled frames of the windows up to the last answered that no answered window had."""
+    sampled = {i for w in range(answered[-1] + 1) for i in plan.indices(w).tolist()}
+    return len(sampled - {i for w in answered for i in plan.indices(w).tolist()})
+
+
+@pytest.mark.parametrize("case", list(SCRIPTS))
+def test_the_drop_accounting_of_every_branch_against_the_plan(case, monkeypatch, tmp_path, capsys):
+    """The stream as ``predict --stream`` runs it (:func:`~dna_video.tools.predict.run_live`), its
+    source and model replaced: the printed lines and the JSON against the counts made by hand
+    above, the dropped frames against an independent count from the plan, and each answer is
+    its own window's frames."""
+    import dna_video.tools.predict as command
+
+    batches, drop, want = SCRIPTS[case]
+    plan = LivePlan(StandIn.settings.sampler, FPS)
+    assert expected_dropped(plan, want["answered"]) == want["evicted"] + want["below_floor"]
+    container = SimpleNamespace(streams=SimpleNamespace(video=[SimpleNamespace(average_rate=FPS, guessed_rate=None,
+                                                                               frames=0)]))
+    monkeypatch.setattr(command, "open_source", lambda *args, **kwargs: container)
+    monkeypatch.setattr(command, "FrameReader", lambda container, name, keep, speed, on_frame: ScriptedReader(
+        batches, keep, name))
+    model = StandIn()
+    argv = ["stand-in.ckpt", "rtsp://scripted/live", "--stream", "--out", str(tmp_path)]
+    args = command.parser().parse_args(argv + ([] if drop else ["--no-drop"]))
+    command.check_arguments(args)
+    assert command.run_live(args, model, tmp_path) == 0
+    printed = capsys.readouterr().out
+    record = json.loads((tmp_path / "scripted_live_live.json").read_text())
+    dropped = want["evicted"] + want["below_floor"]
+    assert model.windows == [plan.indices(w).tolist() for w in want["answered"]]
+    assert [int(r["window"]) for r in read_rows(tmp_path / "scripted_live_live.csv")] == want["answered"]
+    assert (record["windows"], record["skipped_windows"], record["dropped_frames"]) == (
+        len(want["answered"]), want["skipped"], dropped)
+    assert (record["frames_read"], record["frames_after_last_window"]) == (want["read"], want["after"])
+    total = len(want["answered"]) + want["skipped"]
+    said = f"dropped {dropped} sampled frames: {want['skipped']} of {total} windows skipped"
+    assert (said in printed) == bool(want["skipped"])
+    assert ("no frame dropped: the model kept up" in printed) == (drop and not want["skipped"])
+    assert f"after {want['read']} frames" in printed and f"{len(want['answered'])} windows answered" in printed
+    after = f"the last {want['after']} frames ({want['after'] / FPS:.2f} s) came after the last whole window"
+    assert (after in printed) == bool(want["after"])
+
+
+# -- a file streamed: its timeline's windows, the tail included ------------------------------------
+
+
+def test_a_file_streamed_answers_its_timelines_windows_with_the_tail(tiny_checkpoint, tmp_path, capsys):
+    """50 frames: windows of 8 every 4 start at 0, 4, ..., 40 and leave frames 48-49; the file's
+    timeline adds a window ending at its end (42-50). The stream of the file answers the same
+    12 windows, at the same times, and nothing comes after its last."""
+    video = write(tmp_path / "porch.mp4", [(0, 0, 26), (1, 26, 50)])
+    starts = [*range(0, 41, 4), 42]  # by hand
+    assert main([str(tiny_checkpoint[0]), str(video), "--timeline", "--out", str(tmp_path / "timeline")]) == 0
+    assert main([str(tiny_checkpoint[0]), str(video), "--stream", "--no-drop", "--speed", "0", "--out",
+                 str(tmp_path / "live")]) == 0
+    printed = capsys.readouterr().out
+    timeline = read_rows(tmp_path / "timeline" / "porch_windows.csv")
+    live = read_rows(tmp_path / "live" / "porch_live.csv")
+    assert [(r["start_s"], r["end_s"]) for r in live] == [(r["start_s"], r["end_s"]) for r in timeline] == [
+        (f"{s / FPS:.3f}", f"{(s + SPAN) / FPS:.3f}") for s in starts]
+    assert [r["top1"] for r in live] == [r["top1"] for r in timeline]
+    for a, b in zip(live, timeline):
+        assert float(a["top1_prob"]) == pytest.approx(float(b["top1_prob"]), abs=2e-4)
+    record = json.loads((tmp_path / "live" / "porch_live.json").read_text())
+    assert record["windows"] == 12 and record["frames_read"] == 50 and record["frames_after_last_window"] == 0
+    assert "12 windows to the end of the file" in printed and "came after the last whole window" not in printed

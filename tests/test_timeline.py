@@ -21,9 +21,9 @@ import torch
 from PIL import Image
 
 from analysis_trees import CLASSES, FRAMES, class_frames
-from dna_video.analysis.inference import load_model
+from dna_video.prediction.torch_backend import load_model
 from dna_video.analysis.plotting import PROBABILITY_UNIT, timeline_figure
-from dna_video.analysis.timeline import (
+from dna_video.prediction.timeline import (
     Stride,
     parse_stride,
     plan_windows,

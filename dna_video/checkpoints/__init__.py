@@ -1,4 +1,4 @@
-"""Checkpoints: import any supported layout into a TimeSformer, fine-tuning adaptations, export.
+"""Checkpoints: import any supported layout into a TimeSformer, fine-tuning adaptations.
 
 Supported sources (all into both the softmax and the DnA model):
 
@@ -15,18 +15,24 @@ Where things are: :mod:`.io` reads files; :mod:`.layouts` holds the key maps, th
 architecture facts and the geometry; :mod:`.conversion` the pure conversion (checkpoint +
 target model -> state dict + report); :mod:`.outcomes` / :mod:`.load_report` the report as data;
 :mod:`.loading` the import (conversion, ``load_state_dict``, initialisations the report calls
-for); :mod:`dna_video.models.attention.negative_init` the negative-branch policies; :mod:`.export` the Hugging Face and
-reference TimeSformer exports; :mod:`.deploy` the ONNX and ``torch.export`` files to deploy
-(``dna-video export``). ``dna-video checkpoints --help`` inspects and exports
-from the command line.
+for); :mod:`dna_video.models.attention.negative_init` the negative-branch policies.
+``dna-video checkpoints --help`` inspects a checkpoint from the command line. Writing a trained
+model for others (Hugging Face, the reference's ``.pyth``, ONNX, ``torch.export``) is
+:mod:`dna_video.export` (``dna-video export``), a layer above this one.
+
+``export_huggingface`` and ``export_reference``, exported here until 0.3, still resolve for one
+release, with a DeprecationWarning: this package imports nothing of :mod:`dna_video.export`
+(it sits above), so they are looked up by name when asked for (:func:`__getattr__`).
 """
 
-from dna_video.checkpoints.conversion import ImportOptions, TargetModel, convert_checkpoint
+import importlib
+import warnings
+
+from dna_video.checkpoints.conversion import TargetModel, convert_checkpoint
 from dna_video.models.attention.negative_init import DNA_INIT_POLICIES, init_negative_branch
-from dna_video.checkpoints.export import export_huggingface, export_reference
 from dna_video.checkpoints.io import CheckpointError, RawCheckpoint, read_checkpoint
 from dna_video.checkpoints.layouts import detect_layout, hf_config_to_kwargs, infer_geometry
-from dna_video.checkpoints.loading import PretrainedWeights, initialise_missing, load_image_checkpoint, load_pretrained, read_official, timesformer_from_checkpoint
+from dna_video.checkpoints.loading import PretrainedWeights, initialise_missing, load_image_checkpoint, load_pretrained, load_weights, read_official, timesformer_from_checkpoint
 from dna_video.checkpoints.outcomes import Entry, Outcome, Reason, Step
 from dna_video.checkpoints.load_report import LoadReport
 
@@ -34,7 +40,6 @@ __all__ = [
     "CheckpointError",
     "DNA_INIT_POLICIES",
     "Entry",
-    "ImportOptions",
     "LoadReport",
     "Outcome",
     "PretrainedWeights",
@@ -44,15 +49,29 @@ __all__ = [
     "TargetModel",
     "convert_checkpoint",
     "detect_layout",
-    "export_huggingface",
-    "export_reference",
     "hf_config_to_kwargs",
     "infer_geometry",
     "init_negative_branch",
     "initialise_missing",
     "load_image_checkpoint",
     "load_pretrained",
+    "load_weights",
     "read_checkpoint",
     "read_official",
     "timesformer_from_checkpoint",
 ]
+
+# 0.2 names that moved to dna_video.export in 0.3: name -> its module there.
+_MOVED_TO_EXPORT = {"export_huggingface": "dna_video.export.huggingface", "export_reference": "dna_video.export.reference"}
+
+
+def __getattr__(name: str):
+    if name == "ImportOptions":  # PretrainedWeights since 0.3 (dna_video.checkpoints.conversion warns)
+        from dna_video.checkpoints import conversion
+
+        return conversion.ImportOptions
+    if name not in _MOVED_TO_EXPORT:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"{__name__}.{name} moved to {_MOVED_TO_EXPORT[name]} in dna-video 0.3; the old path goes in 0.4",
+                  DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(_MOVED_TO_EXPORT[name]), name)

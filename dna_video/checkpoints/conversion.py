@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -52,7 +53,7 @@ from dna_video.checkpoints.outcomes import NEGATIVE_BRANCH_INIT, RESAMPLING, Ent
 from dna_video.checkpoints.load_report import LoadReport
 
 __all__ = [
-    "ImportOptions",
+    "PretrainedWeights",
     "OfficialCheckpoint",
     "TargetModel",
     "convert_checkpoint",
@@ -66,17 +67,50 @@ POS_INTERPOLATIONS = ("bicubic", "bilinear", "nearest", "flat_nearest")
 TIME_INTERPOLATIONS = ("linear", "nearest")
 
 
-@dataclass(frozen=True)
-class ImportOptions:
-    """Choices of an import (see :func:`.loading.load_pretrained` for each)."""
+@dataclass
+class PretrainedWeights:
+    """Where a model's weights start and how an import adapts them: a fine-tuning run's
+    ``model.init``, and the choices of every import (:func:`convert_checkpoint`,
+    :func:`.loading.load_pretrained`, which says more of each).
 
+    Args:
+        source: checkpoint to initialise the network from, in any supported layout (timm ViT,
+            official TimeSformer ``.pyth``, DnA reference or DnA-ViT, Hugging Face folder or state
+            dict, this project's ``.ckpt``; a local path, a Hugging Face Hub id such as
+            ``facebook/timesformer-base-finetuned-k400``, or a URL, fetched once into the standard
+            cache), adapted to the model: head re-initialised when the class count differs,
+            ``time_embed`` / ``pos_embed`` resampled when the frame count / resolution differs.
+            Not a resume: that is ``--ckpt_path``. null: the model's own initialisation.
+        strict: fail unless every tensor of the network comes from ``source`` and every tensor of
+            ``source`` is used.
+        dna_init: DnA's Q-, V- when ``source`` has none: ``random`` (the reference),
+            ``scaled_copy`` (eps * Q+, eps * V+) or ``orthogonal`` (V- orthogonal to V+ per head).
+        dna_init_eps: eps of ``scaled_copy``.
+        negate_v_neg: negate V- (checkpoints of implementations that subtract the negative branch).
+        pos_interpolation: ``pos_embed`` resampling (``bicubic``, ``bilinear``, ``nearest``, ``flat_nearest``).
+        time_interpolation: ``time_embed`` resampling (``linear``, ``nearest``).
+        pair_seed: paired initialisation (``docs/variants.md``, "Paired runs"): the network's
+            tensors that softmax attention's network of the same architecture also has start
+            equal to that network's at this seed, the attention kind's extras (Q-, V-, alpha,
+            lambda...) come from their own stream of it, and so do the draws of an import
+            (fresh head, ``dna_init``); nothing depends on the global random state.
+            null: the usual initialisation from the global random stream.
+    """
+
+    source: str | None = None
+    strict: bool = False
     dna_init: str = "random"
     dna_init_eps: float = 1e-4
     negate_v_neg: bool = False
     pos_interpolation: str = "bicubic"
     time_interpolation: str = "linear"
+    pair_seed: int | None = None
 
     def __post_init__(self) -> None:
+        # jsonargparse hands a `null` given on the command line over a config's path as the
+        # string "None" (nested options of a class_path's init_args).
+        if self.source in ("None", "null", ""):
+            self.source = None
         if self.dna_init not in DNA_INIT_POLICIES:
             raise ValueError(f"unknown dna_init {self.dna_init!r}; choose one of {list(DNA_INIT_POLICIES)}")
         if self.pos_interpolation not in POS_INTERPOLATIONS:
@@ -85,6 +119,15 @@ class ImportOptions:
             )
         if self.time_interpolation not in TIME_INTERPOLATIONS:
             raise ValueError(f"unknown time_interpolation {self.time_interpolation!r}; choose linear or nearest")
+
+
+def __getattr__(name: str) -> type:
+    # 0.2's name of the import choices, now fields of PretrainedWeights; goes in 0.4.
+    if name == "ImportOptions":
+        warnings.warn("dna_video.checkpoints.conversion.ImportOptions is PretrainedWeights since dna-video 0.3 "
+                      "(its fields and errors unchanged); the old name goes in 0.4", DeprecationWarning, stacklevel=2)
+        return PretrainedWeights
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class OfficialCheckpoint(NamedTuple):
@@ -135,15 +178,17 @@ def resample_pos_embed_flat(pos_embed: Tensor, num_patches: int) -> Tensor:
 
 
 def convert_checkpoint(
-    checkpoint: OfficialCheckpoint, target: TargetModel, options: ImportOptions = ImportOptions()
+    checkpoint: OfficialCheckpoint, target: TargetModel, options: PretrainedWeights | None = None
 ) -> tuple[dict[str, Tensor], LoadReport]:
     """``checkpoint`` converted for ``target``: the state dict to load (model keys and shapes
-    only; what the model needs and the checkpoint lacks is absent) and the report.
+    only; what the model needs and the checkpoint lacks is absent) and the report. ``options``:
+    the import's choices (its ``source`` is not read; None: the defaults).
 
     Raises:
         CheckpointError: an architecture, depth, head count or tensor shape that does not fit
             (naming the file, the key and both shapes).
     """
+    options = options or PretrainedWeights()
     raw = checkpoint.raw
     state = dict(checkpoint.state)
     steps: dict[str, list[Step]] = defaultdict(list, {k: [s] for k, s in checkpoint.renamed.items()})
@@ -231,7 +276,7 @@ def _grid_of(pos_embed: Tensor, path: str) -> tuple[int, int]:
 
 
 def _adapt_embeddings(
-    state: dict[str, Tensor], steps: dict[str, list[Step]], target: TargetModel, options: ImportOptions, path: str
+    state: dict[str, Tensor], steps: dict[str, list[Step]], target: TargetModel, options: PretrainedWeights, path: str
 ) -> None:
     """``pos_embed`` with a cls entry, at the model's grid; ``time_embed`` at its frame count."""
     pos = state.get("pos_embed")
@@ -276,7 +321,7 @@ def _unused_step(key: str, target: TargetModel) -> Step:
     return Step(Reason.NOT_IN_MODEL)
 
 
-def _start_step(key: str, head_dropped: Step | None, options: ImportOptions) -> Step:
+def _start_step(key: str, head_dropped: Step | None, options: PretrainedWeights) -> Step:
     """How a model tensor the checkpoint does not provide starts."""
     if key.startswith("head."):
         return Step(Reason.HEAD_CLASSES_DIFFER, head_dropped.fields) if head_dropped else Step(Reason.HEAD_ABSENT)

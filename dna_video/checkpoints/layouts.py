@@ -182,7 +182,7 @@ def to_official(state: dict[str, Tensor], layout: str) -> tuple[dict[str, Tensor
 
 
 # The DnA reference's own files: the official TimeSformer's ``.pyth`` container, every key
-# under the ``model.`` attribute of its wrapper (see :func:`.export.export_reference`).
+# under the ``model.`` attribute of its wrapper (see :func:`dna_video.export.reference.export_reference`).
 REFERENCE_PREFIX = "model."
 
 

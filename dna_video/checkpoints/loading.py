@@ -8,7 +8,8 @@ negative branch by policy)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import warnings
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from torch import Tensor, nn
 from dna_video.models.init import init_module
 from dna_video.models.pairing import pair_stream
 from dna_video.models.timesformer import TimeSformer
-from dna_video.checkpoints.conversion import ImportOptions, OfficialCheckpoint, TargetModel, convert_checkpoint
+from dna_video.checkpoints.conversion import OfficialCheckpoint, PretrainedWeights, TargetModel, convert_checkpoint
 from dna_video.models.attention.negative_init import init_negative_branch
 from dna_video.checkpoints.io import CheckpointError, RawCheckpoint, read_checkpoint, unwrap_state_dict
 from dna_video.checkpoints.layouts import detect_layout, infer_geometry, to_official
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "PretrainedWeights",
-    "LoadReport", "load_pretrained", "load_image_checkpoint", "initialise_missing", "read_official",
+    "LoadReport", "load_pretrained", "load_weights", "load_image_checkpoint", "initialise_missing", "read_official",
     "timesformer_from_checkpoint",
 ]
 
@@ -54,52 +55,26 @@ def read_official(
     return OfficialCheckpoint(raw, layout, *to_official(raw.state_dict, layout))
 
 
-@dataclass
-class PretrainedWeights:
-    """Where a model's weights start and how the import adapts them (a fine-tuning run's
-    ``model.init``); see :func:`load_pretrained` for each option.
+def load_weights(model: TimeSformer, weights: PretrainedWeights, log_report: bool = True) -> LoadReport | None:
+    """Import ``weights.source`` into ``model`` with ``weights``' choices (a run's ``model.init``);
+    None when there is no source."""
+    if not weights.source:
+        return None
+    choices = {f.name: getattr(weights, f.name) for f in dataclasses.fields(weights) if f.name != "source"}
+    return load_pretrained(model, weights.source, log_report=log_report, **choices)
 
-    Args:
-        source: checkpoint to initialise the network from, in any supported layout (timm ViT,
-            official TimeSformer ``.pyth``, DnA reference or DnA-ViT, Hugging Face folder or state
-            dict, this project's ``.ckpt``; a local path, a Hugging Face Hub id such as
-            ``facebook/timesformer-base-finetuned-k400``, or a URL, fetched once into the standard
-            cache), adapted to the model: head re-initialised when the class count differs,
-            ``time_embed`` / ``pos_embed`` resampled when the frame count / resolution differs.
-            Not a resume: that is ``--ckpt_path``. null: the model's own initialisation.
-        strict: fail unless every tensor of the network comes from ``source`` and every tensor of
-            ``source`` is used.
-        dna_init: DnA's Q-, V- when ``source`` has none: ``random`` (the reference),
-            ``scaled_copy`` (eps * Q+, eps * V+) or ``orthogonal`` (V- orthogonal to V+ per head).
-        dna_init_eps: eps of ``scaled_copy``.
-        negate_v_neg: negate V- (checkpoints of implementations that subtract the negative branch).
-        pos_interpolation: ``pos_embed`` resampling (``bicubic``, ``bilinear``, ``nearest``, ``flat_nearest``).
-        time_interpolation: ``time_embed`` resampling (``linear``, ``nearest``).
-    """
 
-    source: str | None = None
-    strict: bool = False
-    dna_init: str = "random"
-    dna_init_eps: float = 1e-4
-    negate_v_neg: bool = False
-    pos_interpolation: str = "bicubic"
-    time_interpolation: str = "linear"
+def _load_into(self: PretrainedWeights, model: TimeSformer, pair_seed: int | None = None) -> LoadReport | None:
+    """0.2's ``PretrainedWeights.load_into(model, pair_seed=...)``: :func:`load_weights`."""
+    warnings.warn("PretrainedWeights.load_into(model, pair_seed=s) is load_weights(model, weights) since "
+                  "dna-video 0.3 (pair_seed a field of the weights); the method goes in 0.4",
+                  DeprecationWarning, stacklevel=2)
+    return load_weights(model, self if pair_seed is None else dataclasses.replace(self, pair_seed=pair_seed))
 
-    def __post_init__(self) -> None:
-        # jsonargparse hands a `null` given on the command line over a config's path as the
-        # string "None" (nested options of a class_path's init_args).
-        if self.source in ("None", "null", ""):
-            self.source = None
 
-    def load_into(self, model: TimeSformer, pair_seed: int | None = None) -> LoadReport | None:
-        """Import :attr:`source` into ``model`` (None when there is no source); ``pair_seed``:
-        see :func:`load_pretrained`."""
-        if not self.source:
-            return None
-        return load_pretrained(model, self.source, strict=self.strict, dna_init=self.dna_init,
-                               dna_init_eps=self.dna_init_eps, negate_v_neg=self.negate_v_neg,
-                               pos_interpolation=self.pos_interpolation, time_interpolation=self.time_interpolation,
-                               pair_seed=pair_seed)
+# Kept one release on the class defined with the import's choices (:mod:`.conversion`), which
+# cannot import this module.
+PretrainedWeights.load_into = _load_into  # type: ignore[attr-defined]
 
 
 @torch.no_grad()
@@ -107,15 +82,9 @@ def load_pretrained(
     model: TimeSformer,
     source: str | Path | dict[str, Tensor] | RawCheckpoint,
     *,
-    strict: bool = False,
-    dna_init: str = "random",
-    dna_init_eps: float = 1e-4,
-    negate_v_neg: bool = False,
-    pos_interpolation: str = "bicubic",
-    time_interpolation: str = "linear",
     weights_only: bool | None = None,
     log_report: bool = True,
-    pair_seed: int | None = None,
+    **choices: Any,
 ) -> LoadReport:
     """Import ``source`` into ``model`` in place, adapted to the model's geometry.
 
@@ -124,6 +93,10 @@ def load_pretrained(
             count and resolution are the targets.
         source: a checkpoint file or Hugging Face folder (any layout of :mod:`.layouts`), or
             a state dict already in memory.
+        weights_only: see :func:`.io.read_checkpoint`.
+        log_report: log the loading report table (INFO).
+        choices: the import's choices, fields of :class:`PretrainedWeights` (their defaults
+            are stated there), as follows.
         strict: fail, listing them, if any model tensor is not taken from the checkpoint or any
             checkpoint tensor is left unused (resampling is allowed).
         dna_init: how DnA's Q-, V- are set when the checkpoint has none: ``random``,
@@ -137,8 +110,6 @@ def load_pretrained(
             flattened patch sequence), to reproduce a reference model exactly.
         time_interpolation: ``time_embed`` resampling (1-D): ``linear`` or ``nearest`` (the
             official import).
-        weights_only: see :func:`.io.read_checkpoint`.
-        log_report: log the loading report table (INFO).
         pair_seed: draw what the checkpoint lacks from random streams of this seed instead of
             the global one (:mod:`dna_video.models.pairing`): a fresh module from the stream
             ``fresh <module>`` (the same in a softmax and a DnA model), the ``dna_init`` policy's
@@ -152,17 +123,19 @@ def load_pretrained(
             that does not fit (naming the key and both shapes); a strict import with problems.
             The model is untouched then.
     """
-    options = ImportOptions(dna_init, dna_init_eps, negate_v_neg, pos_interpolation, time_interpolation)
+    if "source" in choices:
+        raise TypeError("load_pretrained: give the checkpoint as its second argument, not source=")
+    options = PretrainedWeights(**choices)
     # timesformer_from_checkpoint passes the checkpoint already renamed.
     checkpoint = source if isinstance(source, OfficialCheckpoint) else read_official(source, weights_only)
     state, report = convert_checkpoint(checkpoint, TargetModel.of(model), options)
-    if strict and report.problems():
+    if options.strict and report.problems():
         raise CheckpointError(
             f"strict import of {report.source} failed ({len(report.problems())} problems):\n  "
             + "\n  ".join(report.problems())
         )
-    model.load_state_dict(state, strict=strict)
-    initialise_missing(model, report, pair_seed)
+    model.load_state_dict(state, strict=options.strict)
+    initialise_missing(model, report, options.pair_seed)
     if log_report:
         log.info("%s", report.table())
     return report
@@ -227,19 +200,17 @@ def load_image_checkpoint(
     model: nn.Module,
     source: str | Path | dict[str, Tensor],
     *,
-    strict: bool = False,
-    dna_init: str = "random",
-    dna_init_eps: float = 1e-4,
-    negate_v_neg: bool = False,
-    pos_interpolation: str = "bicubic",
     log_report: bool = True,
+    **choices: Any,
 ):
     """Import an image checkpoint (timm ViT, DnA-ViT with separate or fused ``qqkvv``
     projections, an image model of this package) into ``model`` in place through
     :func:`dna_video.checkpoints.convert_checkpoint`: ``pos_embed`` resampled to the model's
     grid (a zero cls entry added when the checkpoint has none), the head dropped when the
     class count differs, attention extras the checkpoint lacks initialised as the report says
-    (DnA's Q-/V- by ``dna_init``). Returns the :class:`~dna_video.checkpoints.LoadReport`."""
+    (DnA's Q-/V- by ``dna_init``). ``choices``: as :func:`load_pretrained`'s (fields of
+    :class:`PretrainedWeights`; ``time_interpolation`` has nothing to act on here). Returns the
+    :class:`~dna_video.checkpoints.LoadReport`."""
     checkpoint = read_official(source)
     if checkpoint.layout not in ("vit", "dna_vit_fused"):
         raise CheckpointError(
@@ -259,12 +230,12 @@ def load_image_checkpoint(
         description=f"VisionTransformer({'/'.join(kinds)}, embed_dim={model.embed_dim}, depth={len(blocks)}, "
                     f"heads={attn.num_heads}, grid={tuple(model.patch_embed.grid_size)}, classes={model.num_classes})",
     )
-    options = ImportOptions(dna_init, dna_init_eps, negate_v_neg, pos_interpolation)
+    options = PretrainedWeights(**choices)
     state, report = convert_checkpoint(checkpoint, target, options)
-    if strict and report.problems():
+    if options.strict and report.problems():
         raise CheckpointError(f"strict import of {report.source} failed:\n  " + "\n  ".join(report.problems()))
     model.load_state_dict(state, strict=False)
-    initialise_missing(model, report)
+    initialise_missing(model, report, options.pair_seed)
     if log_report:
         log.info("%s", report.table())
     return report

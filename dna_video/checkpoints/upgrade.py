@@ -1,12 +1,15 @@
-"""Checkpoint format versions, and the upgrade of what 0.1 wrote (checkpoints, configs, options).
+"""Checkpoint format versions, and the upgrade of what older releases wrote (checkpoints,
+configs, options).
 
 A checkpoint of this package records :data:`FORMAT_KEY` = :data:`FORMAT_VERSION`. Version 1 is
 0.1.0's (no key): the video and probe modules took every option flat (``arch``, ``net_kwargs``,
-``init_from``, ``warmup_steps``...); version 2 groups them (``network``, ``init``, ``schedule``,
-``evaluation``, ``probe``). :data:`OPTIONS_0_1` maps each 0.1 option to its 0.2 place; the same
-table upgrades checkpoint hyper-parameters (:func:`upgrade_checkpoint`), the ``model`` section of
-a config (:func:`upgrade_model_options`) and ``--model.X`` command-line options
-(:func:`upgrade_arguments`). Plain dicts in, plain dicts out: no Lightning, no torch.
+``init_from``, ``warmup_steps``...); version 2 (0.2) groups them (``network``, ``init``,
+``schedule``, ``evaluation``, ``probe``); version 3 (0.3) moves ``pair_seed`` into ``init``.
+:data:`OPTIONS_0_1` maps each 0.1 option to its 0.2 place, :data:`OPTIONS_0_2` each option of
+format 2 that moved in 0.3; the same tables upgrade checkpoint hyper-parameters
+(:func:`upgrade_checkpoint`), the ``model`` section of a config (:func:`upgrade_model_options`)
+and ``--model.X`` command-line options (:func:`upgrade_arguments`). Plain dicts in, plain dicts
+out: no Lightning, no torch.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ __all__ = [
     "FORMAT_KEY",
     "FORMAT_VERSION",
     "OPTIONS_0_1",
+    "OPTIONS_0_2",
+    "RENAMED_OPTIONS",
     "format_version",
     "upgrade_checkpoint",
     "upgrade_model_options",
@@ -27,7 +32,7 @@ __all__ = [
 ]
 
 FORMAT_KEY = "dna_video_format"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 # 0.1 option of the video / probe module -> its dotted place in 0.2 (under ``model``).
 # ``net_kwargs`` and ``init_kwargs`` were dicts: their entries go into ``network`` / ``init``.
@@ -63,6 +68,13 @@ OPTIONS_0_1: dict[str, str] = {
     "cross_alpha_init": "probe.alpha_init",
 }
 _MERGED = {"net_kwargs", "init_kwargs"}  # dicts whose entries move one by one
+# Option of the video / probe module in format 2 -> its dotted place in 0.3 (under ``model``):
+# read in its new place, with a warning, until 0.4.
+OPTIONS_0_2: dict[str, str] = {
+    "pair_seed": "init.pair_seed",
+}
+#: Every old option name of the video / probe module -> its current place.
+RENAMED_OPTIONS: dict[str, str] = {**OPTIONS_0_1, **OPTIONS_0_2}
 # 0.1 checkpoints that are not of the video or probe module (the image module kept its options).
 _IMAGE_ONLY = {"warmup_epochs", "min_lr", "warmup_lr"}
 
@@ -77,13 +89,35 @@ def _is_0_1_video_options(options: dict[str, Any]) -> bool:
 
 
 def upgrade_model_options(options: dict[str, Any]) -> dict[str, Any]:
-    """The 0.2 form of a video or probe module's options given in 0.1 names (unchanged when
-    they are not: 0.2 options, the image module's, a ``class_path`` spec's ``init_args`` are
-    upgraded in place of the spec)."""
+    """The current form of a video or probe module's options given in older names (0.1's,
+    :data:`OPTIONS_0_1`; format 2's, :data:`OPTIONS_0_2`); the same dict when none is old (current
+    options, the image module's). A ``class_path`` spec's ``init_args`` are upgraded in place
+    of the spec."""
     if "class_path" in options and isinstance(options.get("init_args"), dict):
-        return {**options, "init_args": upgrade_model_options(options["init_args"])}
-    if not _is_0_1_video_options(options):
+        upgraded = upgrade_model_options(options["init_args"])
+        return options if upgraded is options["init_args"] else {**options, "init_args": upgraded}
+    if _is_0_1_video_options(options):
+        options = _upgrade_0_1(options)
+    return _upgrade_0_2(options)
+
+
+def _upgrade_0_2(options: dict[str, Any]) -> dict[str, Any]:
+    moved = [key for key in OPTIONS_0_2 if key in options]
+    if not moved:
         return options
+    out = {k: copy.deepcopy(v) for k, v in options.items() if k not in moved}
+    for key in moved:
+        group, _, field = OPTIONS_0_2[key].partition(".")
+        holder = dict(out.get(group) or {})
+        if field in holder and holder[field] != options[key]:
+            raise ValueError(f"model.{key} ({options[key]!r}, its name before 0.3) and model.{group}.{field} "
+                             f"({holder[field]!r}) disagree: keep model.{group}.{field} only")
+        holder[field] = copy.deepcopy(options[key])
+        out[group] = holder
+    return out
+
+
+def _upgrade_0_1(options: dict[str, Any]) -> dict[str, Any]:
     if "num_probes" in options:
         # 0.1's probe module passed these through to the video module; its backbone was always frozen.
         options = {k: v for k, v in options.items() if k not in ("freeze_backbone", "backbone_lr_mult")}
@@ -102,10 +136,11 @@ def upgrade_model_options(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def upgrade_checkpoint(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """``checkpoint`` (a loaded ``.ckpt`` dict) in the current format: hyper-parameters in 0.2
-    names, the format key set. The same dict, changed in place, and returned."""
+    """``checkpoint`` (a loaded ``.ckpt`` dict) in the current format: hyper-parameters in the
+    current names, the format key set. The same dict, changed in place, and returned."""
     if format_version(checkpoint) >= FORMAT_VERSION:
         return checkpoint
+    # upgrade_model_options reads each older format: 0.1's flat names, format 2's pair_seed.
     hparams = checkpoint.get("hyper_parameters")
     if isinstance(hparams, dict):
         upgraded = upgrade_model_options(dict(hparams))
@@ -116,9 +151,9 @@ def upgrade_checkpoint(checkpoint: dict[str, Any]) -> dict[str, Any]:
 
 
 def upgrade_arguments(args: list[str]) -> tuple[list[str], list[str]]:
-    """Command-line options in 0.1 names (``--model.warmup_steps=40``,
-    ``--model.net_kwargs {depth: 2}``) in their 0.2 names; returns (arguments, the renames made,
-    as ``old -> new`` lines for a warning)."""
+    """Command-line options in older names (0.1's ``--model.warmup_steps=40``,
+    ``--model.net_kwargs {depth: 2}``, format 2's ``--model.pair_seed 3``) in their current
+    names; returns (arguments, the renames made, as ``old -> new`` lines for a warning)."""
     out: list[str] = []
     renamed: list[str] = []
     i = 0
@@ -127,7 +162,7 @@ def upgrade_arguments(args: list[str]) -> tuple[list[str], list[str]]:
         name, eq, value = arg.partition("=")
         prefix = next((p for p in ("--model.init_args.", "--model.") if name.startswith(p)), None)
         key = name[len(prefix):] if prefix else ""
-        if key not in OPTIONS_0_1:
+        if key not in RENAMED_OPTIONS:
             out.append(arg)
             i += 1
             continue
@@ -135,7 +170,7 @@ def upgrade_arguments(args: list[str]) -> tuple[list[str], list[str]]:
             value = args[i + 1] if i + 1 < len(args) else ""
             i += 1
         i += 1
-        place = OPTIONS_0_1[key]
+        place = RENAMED_OPTIONS[key]
         if key in _MERGED:
             entries = yaml.safe_load(value) or {}
             if not isinstance(entries, dict):

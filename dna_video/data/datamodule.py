@@ -201,9 +201,10 @@ class VideoDataModule(L.LightningDataModule):
             The size is logged once a split is cached. Clips equal those decoded without it.
     """
 
-    #: Model arguments the data fixes: model argument -> this class's argument (the command
-    #: line sets them from the data, so a config never states them twice).
-    MODEL_INPUTS = {"num_frames": "num_frames", "img_size": "crop_size"}
+    #: What the data fixes of the model: model argument -> the attribute that holds it. The
+    #: command line links each from the built DataModule (docs/configs.md, "What the data
+    #: fixes"), so a config never states them twice.
+    MODEL_INPUTS = {"num_classes": "num_classes", "num_frames": "num_frames", "img_size": "crop_size"}
 
     def __init__(
         self,

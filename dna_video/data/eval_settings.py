@@ -8,6 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from dna_video.common.defaults import NUM_FRAMES
 from dna_video.data.sampling import FrameSampler
 from dna_video.data.video import VideoFrames, check_frame_size, frame_size, read_frames
 
@@ -18,7 +19,7 @@ __all__ = ["EvalSettings", "read_view_frames"]
 class EvalSettings:
     """How an evaluation clip is made from a file: the DataModule's test settings."""
 
-    num_frames: int = 8
+    num_frames: int = NUM_FRAMES
     sampling_rate: int = 32
     target_fps: float | None = 30.0
     sampling: str = "clip"

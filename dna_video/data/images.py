@@ -44,8 +44,9 @@ class ImageFolderDataModule(L.LightningDataModule):
         min_crop_scale: smallest area share of RandomResizedCrop (0.08 as in ImageNet training).
     """
 
-    #: Model arguments the data fixes (model argument -> this class's argument).
-    MODEL_INPUTS = {"img_size": "img_size"}
+    #: What the data fixes of the model: model argument -> the attribute that holds it (linked by
+    #: the command line, docs/configs.md).
+    MODEL_INPUTS = {"num_classes": "num_classes", "img_size": "img_size"}
 
     def __init__(
         self,

@@ -17,6 +17,8 @@ from typing import Literal
 
 import numpy as np
 
+from dna_video.common.defaults import NUM_FRAMES
+
 __all__ = ["FrameSampler", "short_videos_note"]
 
 
@@ -35,7 +37,7 @@ class FrameSampler:
             last frame, ``loop`` wraps around to the start.
     """
 
-    num_frames: int = 8
+    num_frames: int = NUM_FRAMES
     sampling_rate: int = 32
     target_fps: float | None = 30.0
     mode: Literal["clip", "uniform"] = "clip"

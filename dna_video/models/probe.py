@@ -30,7 +30,14 @@ from timm.layers import trunc_normal_
 from torch import Tensor, nn
 
 from dna_video.models.mlp import Mlp
-from dna_video.models.attention import NEG_INIT_POLICIES, CrossAttention, build_cross_attention, init_from_self_attention
+from dna_video.models.attention import (
+    DEFAULT_ATTENTION,
+    NEG_INIT_POLICIES,
+    CrossAttention,
+    build_cross_attention,
+    cross_attention_kind,
+    init_from_self_attention,
+)
 from dna_video.models.init import init_module
 from dna_video.models.timesformer import DividedSpaceTimeBlock, TimeSformer
 
@@ -62,19 +69,21 @@ class ProbeInteraction(nn.Module):
     Args:
         dim: token width D.
         num_heads: attention heads.
-        cross_attention: ``softmax`` or ``dna``.
+        cross_attention: an attention kind with a cross-attention (``dna``, ``softmax``, or any
+            kind registered with a ``cross`` class).
         interaction: ``replace`` (VisCoP) or ``residual``.
         mlp_ratio: MLP hidden width / D (residual form).
         qkv_bias: bias on the query/key/value projections.
         norm_eps: LayerNorm epsilon.
-        alpha_init: initial DnA alpha per head.
+        alpha_init: initial alpha per head, for a cross-attention that takes ``alpha_init``
+            (DnA's); the others ignore it.
     """
 
     def __init__(
         self,
         dim: int,
         num_heads: int,
-        cross_attention: str = "dna",
+        cross_attention: str = DEFAULT_ATTENTION,
         interaction: Literal["replace", "residual"] = "replace",
         mlp_ratio: float = 4.0,
         qkv_bias: bool = True,
@@ -87,8 +96,8 @@ class ProbeInteraction(nn.Module):
         self.interaction = interaction
         self.norm_probes = nn.LayerNorm(dim, eps=norm_eps)
         self.norm_context = nn.LayerNorm(dim, eps=norm_eps)
-        extra = {"alpha_init": alpha_init} if cross_attention == "dna" else {}
-        self.attn: CrossAttention = build_cross_attention(cross_attention, dim, num_heads, qkv_bias=qkv_bias, **extra)
+        self.attn: CrossAttention = build_cross_attention(cross_attention, dim, num_heads, qkv_bias=qkv_bias,
+                                                          offered={"alpha_init": alpha_init})
         if interaction == "residual":
             self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
             self.mlp = Mlp(dim, hidden_features=int(dim * mlp_ratio))
@@ -124,7 +133,8 @@ class ProbeClassifier(nn.Module):
         num_probes: probe tokens P (16 in VisCoP), initialised N(0, 0.02).
         layers: backbone blocks read by the probes (0-based, negative from the end); None:
             every block, as VisCoP's default.
-        cross_attention: ``softmax`` or ``dna`` cross-attention in the interaction modules.
+        cross_attention: the cross-attention of the interaction modules: an attention kind
+            with one (``dna``, ``softmax``, or any kind registered with a ``cross`` class).
         interaction: ``replace`` (the cross-attention output replaces the probes, VisCoP) or
             ``residual`` (residual + MLP).
         init_from_backbone: start each interaction module from the matching block (see the
@@ -132,7 +142,8 @@ class ProbeClassifier(nn.Module):
         neg_init: DnA's Q-, V- when starting from the backbone: ``scaled_copy`` (eps * Q+,
             eps * V+, VisCoP), ``random``, ``orthogonal`` or ``copy`` (a DnA backbone's own).
         neg_init_eps: eps of ``scaled_copy``.
-        alpha_init: initial DnA alpha per head (kept unless ``neg_init: copy``).
+        alpha_init: initial alpha per head of a cross-attention that takes one (DnA's; kept
+            unless ``neg_init: copy``).
         head_dropout: dropout on the pooled probes before the head.
     """
 
@@ -142,7 +153,7 @@ class ProbeClassifier(nn.Module):
         num_classes: int,
         num_probes: int = 16,
         layers: list[int] | None = None,
-        cross_attention: Literal["softmax", "dna"] = "dna",
+        cross_attention: str = DEFAULT_ATTENTION,
         interaction: Literal["replace", "residual"] = "replace",
         init_from_backbone: bool = True,
         neg_init: str = "scaled_copy",
@@ -155,6 +166,7 @@ class ProbeClassifier(nn.Module):
             raise ValueError(f"num_probes must be at least 1, got {num_probes}")
         if neg_init not in NEG_INIT_POLICIES:
             raise ValueError(f"unknown neg_init {neg_init!r}; choose one of {list(NEG_INIT_POLICIES)}")
+        cross_attention_kind(cross_attention)  # an unknown name stops here, before the backbone is touched
         self.backbone = backbone.requires_grad_(False).eval()
         self.layers = resolve_layers(layers, len(backbone.blocks))
         dim = backbone.embed_dim

@@ -21,7 +21,7 @@ knows nothing of Lightning or datasets.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -30,8 +30,9 @@ from timm.layers import DropPath, resample_abs_pos_embed, trunc_normal_
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from dna_video.common.defaults import NUM_FRAMES
 from dna_video.models.mlp import Mlp
-from dna_video.models.attention import Attention, build_attention, kwargs_by_kind
+from dna_video.models.attention import DEFAULT_ATTENTION, Attention, build_attention, kwargs_by_kind
 from dna_video.models.init import init_module
 from dna_video.models.pairing import build_paired
 
@@ -226,7 +227,7 @@ class TimeSformer(nn.Module):
         self,
         num_classes: int,
         img_size: int = 224,
-        num_frames: int = 8,
+        num_frames: int = NUM_FRAMES,
         patch_size: int = 16,
         in_chans: int = 3,
         embed_dim: int = 768,
@@ -234,7 +235,7 @@ class TimeSformer(nn.Module):
         num_heads: int = 12,
         mlp_ratio: float = 4.0,
         qkv_bias: bool = True,
-        attention: str = "dna",
+        attention: str = DEFAULT_ATTENTION,
         attention_kwargs: dict[str, Any] | None = None,
         drop_rate: float = 0.0,
         attn_drop_rate: float = 0.0,
@@ -406,10 +407,19 @@ class TimeSformerSpec:
             (the whole block; only its input is kept) or ``attention`` (the two attention
             sublayers and their norms; the MLP keeps its activations: less time, less saving).
         compile: ``torch.compile`` the network in place (parameter names unchanged).
+
+    Every :class:`TimeSformer` argument but those the data fixes (:meth:`build`'s) is a field
+    here, of the same type and default, or ``None`` for "the preset's" or "TimeSformer's"
+    (documented "null: ..." above); ``tests/test_timesformer_spec.py`` holds them to it.
     """
 
+    #: TimeSformer arguments the spec names as the task's options do.
+    RENAMED: ClassVar[dict[str, str]] = {"head_drop_rate": "head_dropout"}
+    #: Fields that are not TimeSformer arguments.
+    OWN: ClassVar[tuple[str, ...]] = ("arch", "compile")
+
     arch: str = "base"
-    attention: str = "dna"
+    attention: str = DEFAULT_ATTENTION
     temporal_attention: str | None = None
     spatial_attention: str | None = None
     attention_kwargs: dict[str, Any] | None = None
@@ -448,8 +458,8 @@ class TimeSformerSpec:
         (``num_classes``, ``num_frames``, ``img_size``)."""
         if self.arch not in PRESETS:
             raise ValueError(f"unknown arch {self.arch!r}; choose one of {sorted(PRESETS)}")
-        own = {k: v for k, v in asdict(self).items() if v is not None and k not in ("arch", "head_dropout", "compile")}
-        own["head_drop_rate"] = self.head_dropout
+        argument = {field: name for name, field in self.RENAMED.items()}
+        own = {argument.get(k, k): v for k, v in asdict(self).items() if v is not None and k not in self.OWN}
         return {**PRESETS[self.arch], **own, **data}
 
     def softmax_twin(self) -> "TimeSformerSpec":

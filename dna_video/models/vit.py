@@ -30,7 +30,14 @@ from timm.models import VisionTransformer, build_model_with_cfg, register_model
 from timm.models.vision_transformer import Block
 from torch import Tensor
 
-from dna_video.models.attention import Attention, AttentionKind, build_attention, kwargs_by_kind, on_register
+from dna_video.models.attention import (
+    DEFAULT_ATTENTION,
+    Attention,
+    AttentionKind,
+    build_attention,
+    kwargs_by_kind,
+    on_register,
+)
 
 __all__ = ["AttentionBlock", "vision_transformer", "VIT_PRESETS", "IMAGE_ATTENTIONS"]
 
@@ -59,7 +66,7 @@ class AttentionBlock(Block):
         dim: int,
         num_heads: int,
         *,
-        attention: str = "dna",
+        attention: str = DEFAULT_ATTENTION,
         attention_kwargs: dict[str, Any] | None = None,
         num_layers: int = 0,
         depth: int = 0,
@@ -86,7 +93,7 @@ class AttentionBlock(Block):
 
 
 def vision_transformer(
-    arch: str = "vit_base_patch16_224", attention: str = "dna", attention_kwargs: dict[str, Any] | None = None,
+    arch: str = "vit_base_patch16_224", attention: str = DEFAULT_ATTENTION, attention_kwargs: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> VisionTransformer:
     """timm ``VisionTransformer`` of preset ``arch`` (a key of :data:`VIT_PRESETS`, or

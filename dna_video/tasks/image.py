@@ -17,7 +17,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from dna_video.checkpoints import load_image_checkpoint
-from dna_video.models.attention import negative_branch_weights
+from dna_video.models.attention import DEFAULT_ATTENTION, negative_branch_weights
 from dna_video.models.vit import vision_transformer
 from dna_video.tasks.base import TaskModule
 
@@ -58,7 +58,7 @@ class ImageClassifier(TaskModule):
         num_classes: int,
         img_size: int = 224,
         arch: str = "vit_base_patch16_224",
-        attention: str = "dna",
+        attention: str = DEFAULT_ATTENTION,
         attention_kwargs: dict[str, Any] | None = None,
         net_kwargs: dict[str, Any] | None = None,
         drop_path_rate: float = 0.15,

@@ -17,7 +17,9 @@ from typing import Literal
 import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
-from dna_video.checkpoints import CheckpointError, PretrainedWeights
+from dna_video.checkpoints import CheckpointError, PretrainedWeights, load_weights
+from dna_video.common.defaults import NUM_FRAMES
+from dna_video.models.attention import DEFAULT_ATTENTION
 from dna_video.models.probe import ProbeClassifier
 from dna_video.models.timesformer import TimeSformerSpec
 from dna_video.tasks.video import PAPER_LR_SCHEDULER, PAPER_OPTIMIZER, Evaluation, Schedule, VideoClassifier, _group
@@ -34,7 +36,8 @@ class ProbeOptions:
         layers: backbone blocks the probes read, 0-based, negative from the end (e.g.
             ``[-4, -3, -2, -1]``); null: every block.
         cross_attention: cross-attention of the interaction modules: an attention kind with a
-            cross-attention (``dna``, ``softmax``).
+            cross-attention (``dna``, ``softmax``, or any kind registered with a ``cross``
+            class, ``docs/variants.md``).
         interaction: ``replace`` (the cross-attention output replaces the probes, VisCoP) or
             ``residual`` (added to them, then a residual MLP).
         init_from_backbone: start each interaction module from the matching block's spatial
@@ -47,7 +50,7 @@ class ProbeOptions:
 
     num_probes: int = 16
     layers: list[int] | None = None
-    cross_attention: str = "dna"
+    cross_attention: str = DEFAULT_ATTENTION
     interaction: Literal["replace", "residual"] = "replace"
     init_from_backbone: bool = True
     neg_init: Literal["scaled_copy", "random", "orthogonal", "copy"] = "scaled_copy"
@@ -69,7 +72,8 @@ class ProbeClassifierModule(VideoClassifier):
         num_frames: frames per clip (from the DataModule).
         img_size: input side (from the DataModule's crop size).
         network: the backbone TimeSformer (:class:`~dna_video.models.timesformer.TimeSformerSpec`).
-        init: the backbone's weights (:class:`~dna_video.checkpoints.PretrainedWeights`).
+        init: the backbone's weights (:class:`~dna_video.checkpoints.PretrainedWeights`; its
+            ``pair_seed`` pairs the backbone's initialisation).
         probe: the probes (:class:`ProbeOptions`).
         label_smoothing: cross-entropy label smoothing.
         optimizer: optimiser of the probes, interaction modules and head.
@@ -81,7 +85,7 @@ class ProbeClassifierModule(VideoClassifier):
     def __init__(
         self,
         num_classes: int,
-        num_frames: int = 8,
+        num_frames: int = NUM_FRAMES,
         img_size: int = 224,
         network: TimeSformerSpec = TimeSformerSpec(),
         init: PretrainedWeights = PretrainedWeights(),
@@ -101,8 +105,9 @@ class ProbeClassifierModule(VideoClassifier):
 
     def build_network(self, num_classes: int, num_frames: int, img_size: int) -> torch.nn.Module:
         """The backbone (built and imported as the VideoClassifier's network), frozen inside the probes."""
-        backbone = replace(self.network, compile=False).build(num_classes, num_frames, img_size)
-        report = self.init_report = self.init.load_into(backbone)
+        backbone = replace(self.network, compile=False).build(num_classes, num_frames, img_size,
+                                                              pair_seed=self.init.pair_seed)
+        report = self.init_report = load_weights(backbone, self.init)
         if report is not None:
             unused = {k: v for k, v in report.unused.items() if not k.startswith("head.")}
             if unused:

@@ -23,7 +23,8 @@ from torch import Tensor
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from dna_video.checkpoints import LoadReport, PretrainedWeights
+from dna_video.checkpoints import LoadReport, PretrainedWeights, load_weights
+from dna_video.common.defaults import NUM_FRAMES
 from dna_video.models.attention import negative_branch_weights
 from dna_video.models.timesformer import TimeSformerSpec
 from dna_video.tasks.base import TaskModule
@@ -98,7 +99,8 @@ class VideoClassifier(TaskModule):
             (:class:`~dna_video.models.timesformer.TimeSformerSpec`, e.g. ``{arch: tiny,
             attention: dna, depth: 2}``).
         init: where the weights start (:class:`~dna_video.checkpoints.PretrainedWeights`:
-            ``source`` a checkpoint of any supported layout, adapted to this model, and how).
+            ``source`` a checkpoint of any supported layout, adapted to this model, and how;
+            ``pair_seed`` the paired initialisation, ``docs/variants.md``, "Paired runs").
         freeze_backbone: train only the head (linear probe); the frozen backbone runs in eval
             mode (no dropout or drop-path).
         backbone_lr_mult: learning rate of every parameter but the head, as a multiple of the
@@ -108,12 +110,9 @@ class VideoClassifier(TaskModule):
         lr_scheduler: LR schedule; default MultiStepLR x0.1 at epochs 11 and 14. null: none.
         schedule: the schedule's interval and monitor, and LR warm-up (:class:`Schedule`).
         evaluation: how the views of a video are combined (:class:`Evaluation`).
-        pair_seed: paired initialisation (``docs/variants.md``, "Paired runs"): the network's
-            tensors that softmax attention's network of the same architecture also has start
-            equal to that network's at this seed, the attention kind's extras (Q-, V-, alpha,
-            lambda...) come from their own stream of it, and so do the draws of an ``init``
-            import (fresh head, ``dna_init``); nothing depends on the global random state.
-            null: the usual initialisation from the global random stream.
+
+    ``pair_seed`` was an argument of its own before 0.3: ``model.pair_seed`` is read as
+    ``model.init.pair_seed`` with a warning until 0.4 (:mod:`dna_video.checkpoints.upgrade`).
     """
 
     init_source_key = "init.source"
@@ -121,7 +120,7 @@ class VideoClassifier(TaskModule):
     def __init__(
         self,
         num_classes: int,
-        num_frames: int = 8,
+        num_frames: int = NUM_FRAMES,
         img_size: int = 224,
         network: TimeSformerSpec = TimeSformerSpec(),  # defaults: read, never changed
         init: PretrainedWeights = PretrainedWeights(),
@@ -132,7 +131,6 @@ class VideoClassifier(TaskModule):
         lr_scheduler: LRSchedulerCallable | None = PAPER_LR_SCHEDULER,  # type: ignore[assignment]
         schedule: Schedule = Schedule(),
         evaluation: Evaluation = Evaluation(),
-        pair_seed: int | None = None,
     ) -> None:
         super().__init__(optimizer, lr_scheduler)
         if backbone_lr_mult < 0:
@@ -163,9 +161,8 @@ class VideoClassifier(TaskModule):
     def build_network(self, num_classes: int, num_frames: int, img_size: int) -> torch.nn.Module:
         """The TimeSformer of :attr:`network`, its weights from :attr:`init`, the backbone
         frozen when ``freeze_backbone``. A subclass builds its own network here."""
-        pair_seed = self.hparams.get("pair_seed")
-        net = self.network.build(num_classes, num_frames, img_size, pair_seed=pair_seed)
-        self.init_report = self.init.load_into(net, pair_seed=pair_seed)
+        net = self.network.build(num_classes, num_frames, img_size, pair_seed=self.init.pair_seed)
+        self.init_report = load_weights(net, self.init)
         if self.hparams.freeze_backbone:
             net.requires_grad_(False)
             net.head.requires_grad_(True)

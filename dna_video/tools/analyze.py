@@ -28,13 +28,14 @@ import torch
 
 from dna_video.common.atomic import atomic_path, write_json
 from dna_video.analysis import maps as attention_maps
-from dna_video.analysis.inference import device_of, load_model, read_views
 from dna_video.analysis.plotting import attention_gif, attention_grid_png, subspace_png, temporal_png
 from dna_video.analysis.subspaces import compare_records, intruder_records, subspace_records
 from dna_video.data.video import VideoDecodeError
 from dna_video.models.attention import kind_of
-from dna_video.tools.predict import add_settings_arguments, settings_overrides
+from dna_video.prediction.torch_backend import device_of, load_model
+from dna_video.prediction.views import read_views
 from dna_video.tasks.views import mean_view_probs
+from dna_video.tools.predict import add_settings_arguments, settings_overrides
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,8 @@ def run_maps(checkpoint: str, video: str, out: str, layer: int = -1, head: int |
     heads = net.blocks[0].attn.num_heads
     if head is not None and not 0 <= head < heads:
         raise ValueError(f"--head {head}: the model has heads 0..{heads - 1}")
-    view = read_views(video, model.settings, min_side=net.patch_size)[:1].to(next(net.parameters()).device)  # (1, C, T, H, W)
+    views = read_views(video, model.settings, net.patch_size, model.prepare)  # the evaluation's torchvision views
+    view = torch.from_numpy(views[:1]).to(next(net.parameters()).device)  # (1, C, T, H, W)
     t = view.shape[2]
     grid = attention_maps.grid_of(net, view)
     names = (

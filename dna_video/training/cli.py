@@ -4,8 +4,11 @@ from YAML configs (``dna-video`` / ``python cli.py``; :mod:`dna_video.__main__` 
 * Subclass mode for model and data: the config's ``model.class_path`` chooses the task (a
   :class:`~dna_video.tasks.TaskModule`; :class:`~dna_video.tasks.VideoClassifier` by default)
   and ``data.class_path`` its DataModule.
-* The DataModule's class count and the model arguments its data fixes (``MODEL_INPUTS``: clip
-  length, crop size) reach the model, so a config never states them twice.
+* What the data fixes of the model (class count, clip length, input side) reaches it from the
+  built DataModule, one mechanism for all: LightningCLI's ``link_arguments`` applied on
+  instantiation, each DataModule saying which of its attributes gives which model argument
+  (``MODEL_INPUTS``; :data:`DATA_FIXED`, docs/configs.md). A config never states them twice:
+  one that states a linked model option with another value than the data's is refused.
 * Run defaults (the paper's 15 epochs on one device, seed 0, TensorBoard logs in ``runs/``,
   test after fit) are stated here once; the model's and the DataModules' argument defaults
   hold the rest of the recipe, so an experiment config states only its own (dataset,
@@ -24,11 +27,11 @@ from YAML configs (``dna-video`` / ``python cli.py``; :mod:`dna_video.__main__` 
 from __future__ import annotations
 
 import importlib
-import inspect
 import logging
 import os
 import sys
 import warnings
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from dna_video.common.plugins import import_requested
 from dna_video.training.callbacks.failed_videos import FailedVideoMonitor
 from dna_video.training.callbacks.predictions import PredictionWriter
 from dna_video.training.callbacks.run_summary import RunSummary, read_summary
@@ -52,12 +56,12 @@ from dna_video.training.callbacks.throughput import DataWaitMonitor, videos_in_b
 from dna_video.data import listfile, ntu, smarthome, synthetic  # noqa: F401  (DataModules known by their short names)
 from dna_video.training.callbacks.guard import NonFiniteError, NonFiniteGuard
 from dna_video.training.callbacks.run_state import RunState
-from dna_video.checkpoints.run_summary import fit_summary
+from dna_video.runs.summary import fit_summary
 from dna_video.checkpoints.upgrade import upgrade_checkpoint
 from dna_video.tasks import ImageClassifier, ProbeClassifierModule, TaskModule, VideoClassifier  # noqa: F401
 from dna_video.data.images import ImageFolderDataModule, SyntheticImageFolder  # noqa: F401
-from dna_video.training.configs import resolve_config_names, upgrade_0_1_command_line
-from dna_video.training.parser import DnAParser, explain_config_error, is_config_dump, option_sources
+from dna_video.training.configs import check_config_files, resolve_config_names, upgrade_0_1_command_line
+from dna_video.training.parser import DnAParser, explain_config_error, init_arguments, is_config_dump, option_sources
 from dna_video.training.runs import (
     AtomicCheckpointIO,
     AtomicSaveConfig,
@@ -66,6 +70,33 @@ from dna_video.training.runs import (
     prepare_restore,
     start_run,
 )
+
+#: The model arguments a DataModule may fix (what its ``MODEL_INPUTS`` maps, model argument ->
+#: its attribute; a DataModule without the table fixes ``num_classes`` by its attribute of that
+#: name). Each is linked from the built DataModule to the model's argument of that name when the
+#: model takes one (LightningCLI's ``link_arguments``, applied on instantiation: the data's value
+#: also wins over a checkpoint's hyper-parameters under ``--ckpt_path``).
+DATA_FIXED = ("num_classes", "num_frames", "img_size")
+_DEFAULT_INPUTS = {"num_classes": "num_classes"}
+
+
+def model_inputs(data_class: type) -> dict[str, str]:
+    """What ``data_class`` fixes of the model: model argument -> the DataModule attribute that
+    holds it (its ``MODEL_INPUTS``)."""
+    inputs = dict(getattr(data_class, "MODEL_INPUTS", _DEFAULT_INPUTS))
+    unknown = sorted(set(inputs) - set(DATA_FIXED))
+    if unknown:
+        raise ValueError(f"{data_class.__name__}.MODEL_INPUTS names {unknown}, which the command does not link; "
+                         f"it links {list(DATA_FIXED)} (dna_video.training.cli.DATA_FIXED)")
+    return inputs
+
+
+def _data_value(name: str, data: Any) -> Any:
+    """The value the built DataModule ``data`` gives the model argument ``name`` (the links'
+    compute function); None when it fixes none (the link then sets nothing a model takes)."""
+    attribute = model_inputs(type(data)).get(name)
+    return None if attribute is None else getattr(data, attribute)
+
 
 # What every run does unless its config says otherwise; the recipe's 15 epochs among them.
 RUN_DEFAULTS = {
@@ -78,7 +109,10 @@ RUN_DEFAULTS = {
 
 class DnACLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")
+        for name in DATA_FIXED:
+            # Skipped by LightningCLI where the model takes no such argument (the image task has no frames).
+            parser.link_arguments("data", f"model.init_args.{name}", compute_fn=partial(_data_value, name),
+                                  apply_on="instantiate")
         parser.set_defaults({"model": {"class_path": self.default_model}})
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(NonFiniteGuard, "nonfinite")
@@ -134,10 +168,17 @@ class DnACLI(LightningCLI):
         if not subcommand:
             return
         config = self.config[subcommand]
-        _apply_model_inputs(config)  # the data's frames and size, as the run had them
-        data_class = _import(config.data.class_path) if config.get("data") and config.data.get("class_path") else None
-        data_inputs = getattr(data_class, "MODEL_INPUTS", {})
-        for line in prepare_restore(config, subcommand, option_sources(self.given_args), data_inputs):
+        sources = option_sources(self.given_args)
+        known = _known_inputs(config)
+        _refuse_stated_inputs(config, known, sources)
+        # The model options as the data will set them (the links apply on instantiation), for
+        # the comparison with the checkpoint; the checkpoint's, then the links, replace them.
+        model = config.model.init_args
+        for name, (_, value) in known.items():
+            if name in model:
+                model[name] = value
+        data_inputs = {name: argument for name, (argument, _) in known.items()}
+        for line in prepare_restore(config, subcommand, sources, data_inputs):
             log.warning(line)
         ckpt_path = config.get("ckpt_path")
         if not ckpt_path or not Path(ckpt_path).is_file():
@@ -155,7 +196,6 @@ class DnACLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config.get(self.subcommand, self.config) if self.subcommand else self.config
-        _apply_model_inputs(config)
         experiment = Experiment.from_logger_config(config.trainer.get("logger"), config.trainer.get("default_root_dir"))
         callbacks = [
             FailedVideoMonitor(),  # {stage}/failed_videos and one warning per epoch naming them
@@ -253,17 +293,38 @@ def _quiet_noise() -> None:
     warnings.filterwarnings("ignore", message=r"Experiment logs directory .* exists and is not empty")
 
 
-def _apply_model_inputs(config: Any) -> None:
-    """Set the model arguments the data fixes (``MODEL_INPUTS`` of the DataModule class, e.g.
-    frames and crop size) from the data's, for the arguments the model class takes."""
+def _known_inputs(config: Any) -> dict[str, tuple[str, Any]]:
+    """The model arguments the config's DataModule fixes whose values the config already holds
+    (the attribute is one of its constructor arguments: frames, crop): model argument ->
+    (that data argument, its value). The others (the class count) are known once it is built."""
     data, model = config.get("data"), config.get("model")
-    if not data or not model or not data.get("class_path") or not model.get("class_path"):
-        return
-    data_class, model_class = _import(data.class_path), _import(model.class_path)
-    takes = inspect.signature(model_class).parameters
-    for model_arg, data_arg in getattr(data_class, "MODEL_INPUTS", {}).items():
-        if model_arg in takes and data_arg in data.init_args:
-            model.init_args[model_arg] = data.init_args[data_arg]
+    if not data or not model or not data.get("class_path"):
+        return {}
+    data_class = _import(data.class_path)
+    takes = init_arguments(data_class)
+    return {name: (attribute, data.init_args[attribute]) for name, attribute in model_inputs(data_class).items()
+            if attribute in takes and attribute in data.init_args}
+
+
+def _refuse_stated_inputs(config: Any, known: dict[str, tuple[str, Any]], sources: dict[str, str]) -> None:
+    """A model option the data fixes, stated by a config file or the command line with another
+    value than the data's: an error naming both places (the data's value would win silently).
+    The same value is accepted: a run's saved config.yaml of 0.2 states them."""
+    model = config.model.get("init_args") or {}
+    clashes = []
+    for name, (argument, value) in known.items():
+        where = sources.get(f"model.{name}")
+        if where is None or name not in model or model[name] == value:
+            continue
+        data_where = sources.get(f"data.{argument}")
+        data_said = f"set in {data_where}" if data_where and data_where != "the command line" else (
+            "set on the command line" if data_where else "its default")
+        stated = "on the command line" if where == "the command line" else f"in {where}"
+        clashes.append(f"model.{name} is {model[name]!r} {stated}, but the data fixes it: "
+                       f"data.init_args.{argument} is {value!r} ({data_said})")
+    if clashes:
+        raise ValueError("; ".join(clashes) + ". Set the data's option and drop the model's (docs/configs.md, "
+                         "\"What the data fixes\")")
 
 
 def _import(class_path: str) -> type:
@@ -274,12 +335,17 @@ def _import(class_path: str) -> type:
 def main(args: list[str] | None = None, run: bool = True, model_class: type | None = None) -> DnACLI:
     """The one command line (``python cli.py``, ``dna-video``, ``python -m dna_video``): every
     task, chosen by the config's ``model.class_path`` (default :class:`VideoClassifier`, or
-    ``model_class``), and its data by ``data.class_path``. Options and configs in 0.1 names are
+    ``model_class``), and its data by ``data.class_path``. ``--import MODULE`` (any number)
+    imports the user's modules first (:mod:`dna_video.common.plugins`). Options and configs in 0.1 names are
     read in their 0.2 names, with a warning (:mod:`dna_video.checkpoints.upgrade`)."""
     _show_info_logs()
     _quiet_noise()
     default = model_class or VideoClassifier
-    args = upgrade_0_1_command_line(resolve_config_names(list(sys.argv[1:] if args is None else args)), default)
+    # --import MODULE: the user's modules (an attention kind) before anything reads the options.
+    args = import_requested(list(sys.argv[1:] if args is None else args))
+    args = resolve_config_names(args)
+    check_config_files(args)  # a file that is not YAML: one line with its line and column
+    args = upgrade_0_1_command_line(args, default)
     return DnACLI(
         TaskModule,
         LightningDataModule,

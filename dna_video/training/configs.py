@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-__all__ = ["packaged_configs", "resolve_config_names", "upgrade_0_1_command_line"]
+__all__ = ["check_config_files", "packaged_configs", "resolve_config_names", "upgrade_0_1_command_line"]
 
 log = logging.getLogger("dna_video.training.cli")
 
@@ -66,6 +66,22 @@ def resolve_config_names(args: list[str]) -> list[str]:
     return out
 
 
+def check_config_files(args: list[str]) -> None:
+    """Every ``--config`` file of ``args`` read as YAML; one that is not stops the command with
+    one line naming the file, the line and the column (``SystemExit``, status 1), instead of
+    the parser's traceback."""
+    for _, path in _config_files(args):
+        try:
+            yaml.safe_load(path.read_text())
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+            problem = exc.problem or exc.context or "not YAML"
+            raise SystemExit(f"error: {where}: not valid YAML: {problem}") from None
+        except yaml.YAMLError as exc:
+            raise SystemExit(f"error: {path}: not valid YAML: {' '.join(str(exc).split())}") from None
+
+
 def _config_files(args: list[str]) -> list[tuple[int, Path]]:
     """(index holding the value, path) of every ``--config`` value that is a file."""
     return [(position, Path(value)) for _, position, value in _config_values(args) if Path(value).is_file()]
@@ -88,11 +104,11 @@ def _model_class_path(args: list[str], files: list[tuple[int, Path]]) -> str | N
 
 
 def upgrade_0_1_command_line(args: list[str], default_model: type) -> list[str]:
-    """``args`` with the video and probe modules' 0.1 option names (in config files and
-    ``--model.X`` options) turned into their 0.2 names (:mod:`dna_video.checkpoints.upgrade`),
+    """``args`` with the video and probe modules' old option names (0.1's, and those renamed in 0.3, in config
+    files and ``--model.X`` options) turned into their current names (:mod:`dna_video.checkpoints.upgrade`),
     with one warning listing what was renamed. A config file in 0.1 names is read through an
     upgraded copy (the file itself is left as it is)."""
-    from dna_video.checkpoints.upgrade import OPTIONS_0_1, upgrade_arguments, upgrade_model_options
+    from dna_video.checkpoints.upgrade import RENAMED_OPTIONS, upgrade_arguments, upgrade_model_options
 
     files = _config_files(args)
     class_path = _model_class_path(args, files)
@@ -114,7 +130,7 @@ def upgrade_0_1_command_line(args: list[str], default_model: type) -> list[str]:
         if not isinstance(model, dict):
             continue
         options = model.get("init_args", model) if "class_path" in model else model
-        old = sorted(set(options) & set(OPTIONS_0_1)) if isinstance(options, dict) else []
+        old = sorted(set(options) & set(RENAMED_OPTIONS)) if isinstance(options, dict) else []
         upgraded = upgrade_model_options(model)
         if upgraded is model or not old:
             continue
@@ -124,6 +140,6 @@ def upgrade_0_1_command_line(args: list[str], default_model: type) -> list[str]:
         out[position] = str(copy) if out[position] == str(path) else f"--config={copy}"
         renamed.append(f"{path}: model.{', model.'.join(old)}")
     if renamed:
-        log.warning("0.1 option names, read as their 0.2 names (CHANGELOG.md, migration table):\n  %s",
+        log.warning("old option names, read as their new names (CHANGELOG.md, migration tables):\n  %s",
                     "\n  ".join(renamed))
     return out

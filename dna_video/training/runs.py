@@ -1,10 +1,11 @@
-"""Run identity, resume and safe checkpoint files: what keeps a user's run recoverable.
+"""Run identity, resume and safe checkpoint files, where they need Lightning: what keeps a
+user's run recoverable. The plain-file half (the ``runs.jsonl`` registry, run folders, the
+claim of ``version_N``) is :mod:`dna_video.runs`.
 
-* Every ``fit`` records its run (logger, experiment name, logger version, log and checkpoint
-  folders) as one line of ``runs.jsonl`` in the logger's ``save_dir``. ``--ckpt_path last``
-  finds the newest recorded run of the same experiment that has a ``last.ckpt`` and continues
-  it: same folder and logger version (TensorBoard / CSV ``version``, MLflow ``run_id``, W&B
-  ``id``), so resuming does not depend on TensorBoard's ``version_N`` numbering.
+* ``--ckpt_path last`` continues the newest recorded run of the same experiment that has a
+  ``last.ckpt`` (:func:`dna_video.runs.registry.find_latest_run`): same folder and logger
+  version (TensorBoard / CSV ``version``, MLflow ``run_id``, W&B ``id``), so resuming does not
+  depend on TensorBoard's ``version_N`` numbering.
 * ``validate`` / ``test`` / ``predict`` with a checkpoint log into that checkpoint's run (a
   ``validate/``, ``test/`` or ``predict/`` folder inside it for TensorBoard and CSV).
 * A checkpoint is read once here, with an error naming the file when it is not one, and the
@@ -16,13 +17,11 @@
 from __future__ import annotations
 
 import csv
-import json
+import importlib
 import logging
 import os
-import time
-import uuid
+import warnings
 import zipfile
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,15 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from dna_video.checkpoints.upgrade import upgrade_checkpoint
 from dna_video.common.atomic import atomic_path
-from dna_video.common.run_folders import evaluation_folder, run_files
+from dna_video.runs.folders import claim_version_folder, evaluation_folder, run_files
+from dna_video.runs.registry import (
+    FOLDER_LOGGERS,
+    Experiment,
+    RestoreError,
+    find_latest_run,
+    plain_config,
+    run_of_checkpoint,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,19 +48,12 @@ __all__ = [
     "AtomicCheckpointIO",
     "AtomicSaveConfig",
     "RestoreError",
-    "Experiment",
-    "RunRecord",
     "compare_hparams",
-    "find_latest_run",
     "claim_run_folder",
     "keep_csv_metrics",
     "read_run_checkpoint",
-    "record_run",
-    "run_of_checkpoint",
     "start_run",
 ]
-
-REGISTRY = "runs.jsonl"
 
 # The constructor argument that names a run's version, per logger class (its last name).
 VERSION_ARGUMENT = {
@@ -62,8 +62,6 @@ VERSION_ARGUMENT = {
     "MLFlowLogger": "run_id",
     "WandbLogger": "id",
 }
-# The argument that names the experiment, per logger class.
-NAME_ARGUMENT = {"MLFlowLogger": "experiment_name", "WandbLogger": "project"}
 # Hyper-parameters that change the network's shape or computation: restoring a checkpoint
 # with a different value would fail to load, or silently run the checkpoint's network.
 NETWORK_HPARAMS = (
@@ -76,11 +74,6 @@ NETWORK_HPARAMS = (
 IGNORED_HPARAMS = ("init.source", "init_from")
 # Grouped options, compared field by field.
 _GROUPS = ("network", "init", "schedule", "evaluation", "probe")
-
-
-class RestoreError(ValueError):
-    """A checkpoint that cannot be used as asked (not a checkpoint, or options that change
-    the network it holds)."""
 
 
 # -- checkpoints ------------------------------------------------------------------------
@@ -113,17 +106,6 @@ def read_run_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     return checkpoint
 
 
-def _plain(value: Any) -> Any:
-    """Config values (jsonargparse Namespaces, tuples) as plain dicts / lists to compare."""
-    if hasattr(value, "as_dict"):
-        value = value.as_dict()
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
 def _flat(options: dict[str, Any]) -> dict[str, Any]:
     """Grouped options as dotted keys (``network.depth``); the others as they are."""
     out = {}
@@ -146,7 +128,7 @@ def compare_hparams(given: dict[str, Any], saved: dict[str, Any], checkpoint: st
     each option; an option it did not set is a default, which the checkpoint's value replaces
     without a word. ``data_inputs``: model options the data fixes (``MODEL_INPUTS``), which
     always count: the data would feed the network clips of another shape."""
-    given, saved = _flat(_plain(given)), _flat(_plain(saved))
+    given, saved = _flat(plain_config(given)), _flat(plain_config(saved))
     data_inputs = data_inputs or {}
     network, others = [], []
     for key, saved_value in saved.items():
@@ -154,8 +136,8 @@ def compare_hparams(given: dict[str, Any], saved: dict[str, Any], checkpoint: st
             continue
         if key == "num_classes" and given[key] is None:
             continue  # set from the data when the classes are built
-        value = _plain(given[key])
-        saved_value = _plain(saved_value)
+        value = plain_config(given[key])
+        saved_value = plain_config(saved_value)
         empty = (None, {}, [])
         if value == saved_value or (value in empty and saved_value in empty):
             continue
@@ -223,115 +205,6 @@ class AtomicSaveConfig(SaveConfigCallback):
 # -- run identity -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Experiment:
-    """What identifies an experiment across runs: the logger class, where it stores its runs
-    and the experiment's name."""
-
-    logger: str  # class name, e.g. TensorBoardLogger
-    save_dir: str  # absolute
-    name: str
-
-    @property
-    def registry(self) -> Path:
-        return Path(self.save_dir) / REGISTRY
-
-    @classmethod
-    def from_logger_config(cls, logger: Any, default_root_dir: str | None) -> "Experiment | None":
-        """From ``trainer.logger`` as LightningCLI parsed it (a class_path spec, or a list of
-        them: the first counts). None for no logger or Lightning's implicit one."""
-        if isinstance(logger, (list, tuple)):
-            logger = logger[0] if logger else None
-        spec = _plain(logger)
-        if not isinstance(spec, dict) or "class_path" not in spec:
-            return None
-        kind = spec["class_path"].rsplit(".", 1)[-1]
-        args = spec.get("init_args") or {}
-        save_dir = args.get("save_dir") or default_root_dir or os.getcwd()
-        name = args.get(NAME_ARGUMENT.get(kind, "name")) or "lightning_logs"
-        return cls(kind, os.path.abspath(str(save_dir)), str(name))
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """One line of ``runs.jsonl``: a ``fit`` of an experiment."""
-
-    run_id: str
-    logger: str
-    name: str
-    version: str
-    log_dir: str
-    checkpoint_dir: str
-    started: str
-
-    @property
-    def last_checkpoint(self) -> Path:
-        return Path(self.checkpoint_dir) / "last.ckpt"
-
-
-def record_run(experiment: Experiment, version: Any, log_dir: str | None, checkpoint_dir: str | None) -> RunRecord:
-    """Append this run to the experiment's registry (one JSON line: appends of one short line
-    do not interleave)."""
-    record = RunRecord(
-        run_id=uuid.uuid4().hex,
-        logger=experiment.logger,
-        name=experiment.name,
-        version=str(version),
-        log_dir=os.path.abspath(log_dir) if log_dir else "",
-        checkpoint_dir=os.path.abspath(checkpoint_dir) if checkpoint_dir else "",
-        started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    )
-    experiment.registry.parent.mkdir(parents=True, exist_ok=True)
-    with open(experiment.registry, "a") as f:
-        f.write(json.dumps(asdict(record)) + "\n")
-    return record
-
-
-def _records(experiment: Experiment) -> list[RunRecord]:
-    if not experiment.registry.is_file():
-        return []
-    records = []
-    for line in experiment.registry.read_text().splitlines():
-        try:
-            fields = json.loads(line)
-            records.append(RunRecord(**fields))
-        except (ValueError, TypeError):
-            continue  # a line from another version of this file, or cut by a kill
-    return [r for r in records if r.logger == experiment.logger and r.name == experiment.name]
-
-
-def find_latest_run(experiment: Experiment) -> RunRecord:
-    """The newest recorded run of ``experiment`` with a ``last.ckpt``, or an error saying
-    where it looked."""
-    records = _records(experiment)
-    for record in reversed(records):
-        if record.last_checkpoint.is_file():
-            return record
-    seen = f"{len(records)} recorded run(s), none with a last.ckpt" if records else "no recorded run"
-    raise RestoreError(
-        f"--ckpt_path last: {seen} of experiment {experiment.name!r} ({experiment.logger}) in "
-        f"{experiment.registry}. Check trainer.logger's save_dir and name (they must be the run's), "
-        "or give the checkpoint's path"
-    )
-
-
-def run_of_checkpoint(experiment: Experiment | None, checkpoint: str | os.PathLike) -> str | None:
-    """The logger version of the run that wrote ``checkpoint``: the newest recorded run whose
-    checkpoint folder holds it, else, for TensorBoard / CSV loggers, the ``<save_dir>/<name>/
-    <version>/checkpoints/`` layout. None when the checkpoint belongs to no run of ``experiment``."""
-    if experiment is None:
-        return None
-    folder = Path(checkpoint).resolve().parent
-    for record in reversed(_records(experiment)):
-        if record.checkpoint_dir and Path(record.checkpoint_dir).resolve() == folder:
-            return record.version
-    if experiment.logger in ("TensorBoardLogger", "CSVLogger") and folder.name == "checkpoints":
-        run_dir = folder.parent
-        if run_dir.parent.resolve() == (Path(experiment.save_dir) / experiment.name).resolve():
-            return run_dir.name.removeprefix("version_") if run_dir.name.removeprefix("version_").isdigit() else run_dir.name
-    return None
-
-
 def set_logger_version(logger: Any, version: str, subfolder: str | None = None) -> None:
     """Point ``trainer.logger`` (as parsed by LightningCLI) at an existing run; for the
     folder-based loggers (TensorBoard, CSV) optionally at a ``subfolder`` of it, where an
@@ -351,10 +224,6 @@ def set_logger_version(logger: Any, version: str, subfolder: str | None = None) 
     logger.init_args[argument] = value
 
 
-# Loggers whose runs are folders `<save_dir>/<name>/<version>`: the ones a run folder is claimed for.
-FOLDER_LOGGERS = ("TensorBoardLogger", "CSVLogger")
-
-
 def _is_rank_zero() -> bool:
     """From the launcher's environment: ``Trainer.global_rank`` is set only once a run starts."""
     return int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))) == 0 and os.environ.get("NODE_RANK", "0") == "0"
@@ -362,20 +231,11 @@ def _is_rank_zero() -> bool:
 
 def claim_run_folder(logger: Any) -> Path:
     """Give a folder logger (TensorBoard, CSV) without a version the next free ``version_N``,
-    claimed by creating the folder: ``mkdir`` succeeds for one process only, so two runs
-    started together never share a folder (the logger's own numbering only lists folders)."""
-    root = Path(logger.root_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    taken = [int(p.name[8:]) for p in root.glob("version_*") if p.name[8:].isdigit()]
-    number = max(taken, default=-1) + 1
-    while True:
-        try:
-            (root / f"version_{number}").mkdir()
-            break
-        except FileExistsError:
-            number += 1
+    claimed by creating the folder (:func:`dna_video.runs.folders.claim_version_folder`: two
+    runs started together never share a folder; the logger's own numbering only lists folders)."""
+    folder, number = claim_version_folder(logger.root_dir)
     logger._version = number  # the loggers have no setter; `version` reads this once set
-    return root / f"version_{number}"
+    return folder
 
 
 def start_run(loggers: list[Any], subcommand: str, ckpt_path: str | None, overwrite: bool) -> None:
@@ -477,3 +337,17 @@ def _log_into(logger: Any, run: Path, subfolder: str) -> None:
     logger.init_args["save_dir"] = str(run.parent.parent)
     logger.init_args["name"] = run.parent.name
     logger.init_args["version"] = f"{run.name}/{subfolder}"
+
+
+# -- 0.2 names that moved to dna_video.runs.registry, kept for one release ------------------------
+# (Experiment, RestoreError, find_latest_run and run_of_checkpoint are used here, so they stay
+# importable from this module without a warning.)
+_MOVED_TO_REGISTRY = ("REGISTRY", "NAME_ARGUMENT", "RunRecord", "record_run")
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED_TO_REGISTRY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"{__name__}.{name} moved to dna_video.runs.registry in dna-video 0.3; the old path goes in 0.4",
+                  DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module("dna_video.runs.registry"), name)

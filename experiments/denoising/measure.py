@@ -161,7 +161,7 @@ def mechanism_summary(found: dict) -> dict:
 def measure(cell: Cell, layout: Layout) -> dict:
     """The CSV row (``row``) and the per-block, per-head details (``details``) of ``cell``."""
     from dna_video.analysis.denoising import has_negative_branch, measure_mechanism, negative_branch_off
-    from dna_video.analysis.inference import load_model
+    from dna_video.prediction.torch_backend import load_model
 
     checkpoint = final_checkpoint(cell.folder(layout.runs))
     loaded = load_model(checkpoint, warn_defaults=False)

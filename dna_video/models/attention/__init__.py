@@ -17,6 +17,7 @@ from dna_video.models.attention.kinds import (
 from dna_video.models.attention.negative_init import DNA_INIT_POLICIES, init_negative_branch, orthogonal_complement_like
 from dna_video.models.attention.registry import (
     ATTENTIONS,
+    DEFAULT_ATTENTION,
     DNA_EXTRAS,
     AttentionKind,
     CheckpointExtra,
@@ -25,6 +26,8 @@ from dna_video.models.attention.registry import (
     attention_kinds,
     build_attention,
     build_cross_attention,
+    cross_attention_kind,
+    cross_attention_kinds,
     kind_of,
     kwargs_by_kind,
     negative_branch_weights,
@@ -37,7 +40,7 @@ __all__ = [
     "CrossAttention", "SoftmaxCrossAttention", "DenoisingCrossAttention", "NEG_INIT_POLICIES",
     "init_from_self_attention", "SoftmaxAttention", "DenoisingAttention", "SharedValueDnA",
     "TiedQueryDnA", "DifferentialAttention", "CogAttention", "diff_lambda_init", "DNA_INIT_POLICIES",
-    "init_negative_branch", "orthogonal_complement_like", "ATTENTIONS", "DNA_EXTRAS", "AttentionKind",
+    "init_negative_branch", "orthogonal_complement_like", "ATTENTIONS", "DEFAULT_ATTENTION", "DNA_EXTRAS", "AttentionKind",
     "CheckpointExtra", "NegativeBranch", "attention_kind", "attention_kinds", "build_attention",
-    "build_cross_attention", "kind_of", "kwargs_by_kind", "negative_branch_weights", "on_register", "register_attention",
+    "build_cross_attention", "cross_attention_kind", "cross_attention_kinds", "kind_of", "kwargs_by_kind", "negative_branch_weights", "on_register", "register_attention",
 ]

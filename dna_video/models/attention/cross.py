@@ -11,8 +11,9 @@ values from the context tokens:
 Parameters: ``q`` (Q, or Q+), ``kv`` (rows [K; V], or [K; V+]), ``proj``; DnA adds ``q_neg``
 (Q-), ``v_neg`` (V-) and ``neg_scalers`` (alpha), as the self-attention.
 :func:`init_from_self_attention` fills them from a self-attention module (``qkv`` rows
-[Q; K; V]), Q-, V- by a policy (:data:`NEG_INIT_POLICIES`). Which cross-attention an attention
-kind uses is stated in :mod:`.registry`.
+[Q; K; V]), Q-, V- by a policy (:data:`NEG_INIT_POLICIES`): each class sets its own parameters
+(:meth:`CrossAttention.start_from`), so a new kind's cross-attention brings its own. Which
+cross-attention an attention kind uses is stated in :mod:`.registry`.
 """
 
 from __future__ import annotations
@@ -60,6 +61,21 @@ class CrossAttention(MultiHead):
     def forward_with_maps(self, queries: Tensor, context: Tensor) -> tuple[Tensor, dict[str, Tensor]]:  # pragma: no cover
         """Output and attention maps, each (B, H, Lq, Lk), rows summing to 1."""
         raise NotImplementedError
+
+    @torch.no_grad()
+    def start_from(self, source: nn.Module, neg_init: str, eps: float) -> None:
+        """Set this module's parameters from the self-attention ``source`` (same width and
+        heads, ``qkv`` rows [Q; K; V]): Q from the query rows, K and V from the key and value
+        rows, the output projection from ``source.proj``. A kind with parameters of its own
+        (DnA's Q-, V-) overrides this, calls it, then sets them by ``neg_init`` / ``eps``
+        (see :data:`NEG_INIT_POLICIES`); the others ignore both."""
+        d = self.dim
+        self.q.weight.copy_(source.qkv.weight[:d])
+        self.kv.weight.copy_(source.qkv.weight[d:])
+        for mine, theirs in [(self.q.bias, lambda b: b[:d]), (self.kv.bias, lambda b: b[d:])]:
+            if mine is not None:
+                mine.copy_(theirs(source.qkv.bias) if source.qkv.bias is not None else torch.zeros_like(mine))
+        self.proj.load_state_dict(source.proj.state_dict())
 
 
 class SoftmaxCrossAttention(CrossAttention):
@@ -139,6 +155,34 @@ class DenoisingCrossAttention(CrossAttention):
                                                      scale=self.scale, dropout_p=self._dropout_p())
         return self._output(out), {"positive": positive, "negative": negative}
 
+    @torch.no_grad()
+    def start_from(self, source: nn.Module, neg_init: str, eps: float) -> None:
+        """Q+, K, V+ and the projection as :meth:`CrossAttention.start_from`; Q- and V- by
+        ``neg_init`` (alpha kept unless ``copy``)."""
+        super().start_from(source, neg_init, eps)
+        d = self.dim
+        if neg_init == "copy":
+            missing = [name for name in ("q_neg", "v_neg", "neg_scalers") if not hasattr(source, name)]
+            if missing:
+                raise ValueError(
+                    "neg_init 'copy' takes Q-, V- from a DnA self-attention, but the source uses "
+                    f"{type(source).__name__} (no {', '.join(missing)}): choose random, scaled_copy or orthogonal"
+                )
+            self.q_neg.load_state_dict(source.q_neg.state_dict())
+            self.v_neg.load_state_dict(source.v_neg.state_dict())
+            self.neg_scalers.copy_(source.neg_scalers)
+        elif neg_init == "scaled_copy":
+            self.q_neg.weight.copy_(eps * self.q.weight)
+            self.v_neg.weight.copy_(eps * self.kv.weight[d:])
+            if self.q_neg.bias is not None:
+                self.q_neg.bias.copy_(eps * self.q.bias)
+                self.v_neg.bias.copy_(eps * self.kv.bias[d:])
+        else:
+            init_module(self.q_neg)
+            init_module(self.v_neg)
+            if neg_init == "orthogonal":
+                self.v_neg.weight.copy_(orthogonal_complement_like(self.kv.weight[d:], self.num_heads))
+
 
 # How DnA's Q-, V- start when a cross-attention is initialised from a self-attention:
 #   random       trunc-normal(0.02), zero bias (the reference's fresh DnA weights);
@@ -153,10 +197,11 @@ def init_from_self_attention(cross: CrossAttention, source: nn.Module, neg_init:
                              eps: float = 1e-4) -> None:
     """Set ``cross``'s projections from the self-attention ``source`` (same width, ``qkv`` rows
     [Q; K; V]): Q (Q+) from the query rows of ``source.qkv``, K and V (V+) from its key and
-    value rows, the output projection from ``source.proj``; for a DnA ``cross``, Q- and V- by
-    ``neg_init`` (see :data:`NEG_INIT_POLICIES`), alpha kept unless ``copy``. With the same
-    tokens as queries and context, the cross-attention then computes ``source`` (exactly for
-    softmax, and for DnA with ``copy``).
+    value rows, the output projection from ``source.proj``; what else ``cross`` has it sets
+    itself (:meth:`CrossAttention.start_from`: for DnA, Q- and V- by ``neg_init``, see
+    :data:`NEG_INIT_POLICIES`, alpha kept unless ``copy``). With the same tokens as queries
+    and context, the cross-attention then computes ``source`` (exactly for softmax, and for
+    DnA with ``copy``).
     """
     if neg_init not in NEG_INIT_POLICIES:
         raise ValueError(f"unknown neg_init {neg_init!r}; choose one of {list(NEG_INIT_POLICIES)}")
@@ -165,33 +210,4 @@ def init_from_self_attention(cross: CrossAttention, source: nn.Module, neg_init:
             f"cannot initialise a cross-attention of width {cross.dim} with {cross.num_heads} heads "
             f"from a self-attention of width {source.dim} with {source.num_heads} heads"
         )
-    d = cross.dim
-    cross.q.weight.copy_(source.qkv.weight[:d])
-    cross.kv.weight.copy_(source.qkv.weight[d:])
-    for mine, theirs in [(cross.q.bias, lambda b: b[:d]), (cross.kv.bias, lambda b: b[d:])]:
-        if mine is not None:
-            mine.copy_(theirs(source.qkv.bias) if source.qkv.bias is not None else torch.zeros_like(mine))
-    cross.proj.load_state_dict(source.proj.state_dict())
-    if not isinstance(cross, DenoisingCrossAttention):
-        return
-    if neg_init == "copy":
-        missing = [name for name in ("q_neg", "v_neg", "neg_scalers") if not hasattr(source, name)]
-        if missing:
-            raise ValueError(
-                "neg_init 'copy' takes Q-, V- from a DnA self-attention, but the source uses "
-                f"{type(source).__name__} (no {', '.join(missing)}): choose random, scaled_copy or orthogonal"
-            )
-        cross.q_neg.load_state_dict(source.q_neg.state_dict())
-        cross.v_neg.load_state_dict(source.v_neg.state_dict())
-        cross.neg_scalers.copy_(source.neg_scalers)
-    elif neg_init == "scaled_copy":
-        cross.q_neg.weight.copy_(eps * cross.q.weight)
-        cross.v_neg.weight.copy_(eps * cross.kv.weight[d:])
-        if cross.q_neg.bias is not None:
-            cross.q_neg.bias.copy_(eps * cross.q.bias)
-            cross.v_neg.bias.copy_(eps * cross.kv.bias[d:])
-    else:
-        init_module(cross.q_neg)
-        init_module(cross.v_neg)
-        if neg_init == "orthogonal":
-            cross.v_neg.weight.copy_(orthogonal_complement_like(cross.kv.weight[d:], cross.num_heads))
+    cross.start_from(source, neg_init, eps)

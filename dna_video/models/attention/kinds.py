@@ -251,9 +251,11 @@ class DifferentialAttention(Attention):
     ``lambda_k1``, ``lambda_q2``, ``lambda_k2``, ``sub_norm``), so timm ``attn_layer='diff'``
     weights load by name.
 
-    Training path: fused kernels want the value as wide as the query, so V is split into its
-    two halves of width d and each map is applied to each half (four calls); explicit batched
-    matmuls for short sequences. :meth:`forward_with_maps` writes it out term by term.
+    The formula is stated once (:meth:`_terms`) and every path applies it: the fused kernels
+    want the value as wide as the query, so V is split into its two halves of width d and each
+    map is applied to each half (four calls), the formula on the two outputs; for short
+    sequences explicit batched matmuls, the formula on the two maps (one product with V);
+    :meth:`forward_with_terms` and :meth:`forward_with_maps` keep every term.
 
     Args:
         dim: token width D.
@@ -315,14 +317,28 @@ class DifferentialAttention(Attention):
         out = self.sub_norm(out.to(self.sub_norm.weight.dtype)).to(out.dtype) * (1.0 - self.lambda_init)
         return self._output(out)
 
+    def _maps(self, queries: Tensor, keys: Tensor) -> Tensor:
+        """Both maps of every differential head, softmax(Q_m K_m^T / sqrt d), as (B, 2, H/2, L, S)
+        (map m = 0, 1 on the second axis): one batched product and softmax."""
+        return torch.softmax(queries @ (keys.transpose(-2, -1) * self.scale), dim=-1)
+
+    def _terms(self, first: Tensor, second: Tensor) -> tuple[Tensor, Tensor]:
+        """The formula, stated once: its two terms, ``first`` and -lambda ``second``, whose sum
+        is the head's output before the norm when they are the two maps' outputs. Every path
+        goes through here: on the two maps (the combined map, which then multiplies V: the
+        explicit path), on their outputs (the fused kernels, and the written-out terms)."""
+        return first, -self.lambda_full() * second
+
+    def _combined(self, first: Tensor, second: Tensor) -> Tensor:
+        positive, negative = self._terms(first, second)
+        return positive + negative
+
     def forward(self, x: Tensor) -> Tensor:
         queries, keys, v = self._heads(x)
-        lam = self.lambda_full()
         p = self._dropout_p()
         if self._explicit(x):
-            maps = torch.softmax(queries @ (keys.transpose(-2, -1) * self.scale), dim=-1)
-            maps = F.dropout(maps, p)
-            out = (maps[:, 0] - lam * maps[:, 1]) @ v
+            maps = F.dropout(self._maps(queries, keys), p)
+            out = self._combined(maps[:, 0], maps[:, 1]) @ v  # one product with V: the map is what backward keeps
         else:
             halves = v.chunk(2, dim=-1)  # equal head widths for the fused kernels
             per_map = [
@@ -330,17 +346,13 @@ class DifferentialAttention(Attention):
                            for half in halves], dim=-1)
                 for m in (0, 1)
             ]
-            out = per_map[0] - lam * per_map[1]
+            out = self._combined(per_map[0], per_map[1])
         return self._finish(out)
 
     def forward_with_maps(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        queries, keys, v = self._heads(x)
-        first = torch.softmax((queries[:, 0] @ keys[:, 0].transpose(-2, -1)) * self.scale, dim=-1)
-        second = torch.softmax((queries[:, 1] @ keys[:, 1].transpose(-2, -1)) * self.scale, dim=-1)
-        p = self._dropout_p()
-        lam = self.lambda_full()
-        out = F.dropout(first, p) @ v - lam * (F.dropout(second, p) @ v)
-        return self._finish(out), {"positive": first, "negative": second, "combined": first - lam * second}
+        out, terms = self.forward_with_terms(x)
+        first, second = terms["positive"], terms["negative"]
+        return out, {"positive": first, "negative": second, "combined": self._combined(first, second)}
 
     def forward_with_terms(self, x: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
         """Output and every term per differential head (:data:`~.core.TERMS`, H/2 heads, values
@@ -348,14 +360,14 @@ class DifferentialAttention(Attention):
         softmax, over keys K2 of its own), ``out_negative`` = -lambda softmax(Q2 K2^T) V, both
         outputs before the per-head norm."""
         queries, keys, v = self._heads(x)
-        first = torch.softmax((queries[:, 0] @ keys[:, 0].transpose(-2, -1)) * self.scale, dim=-1)
-        second = torch.softmax((queries[:, 1] @ keys[:, 1].transpose(-2, -1)) * self.scale, dim=-1)
-        p = self._dropout_p()
+        maps = self._maps(queries, keys)
+        outputs = F.dropout(maps, self._dropout_p()) @ v[:, None]  # (B, 2, H/2, L, 2d)
+        positive, negative = self._terms(outputs[:, 0], outputs[:, 1])
         terms = {
-            "positive": first, "negative": second, "query_positive": queries[:, 0], "query_negative": queries[:, 1],
-            "out_positive": F.dropout(first, p) @ v, "out_negative": -self.lambda_full() * (F.dropout(second, p) @ v),
+            "positive": maps[:, 0], "negative": maps[:, 1], "query_positive": queries[:, 0],
+            "query_negative": queries[:, 1], "out_positive": positive, "out_negative": negative,
         }
-        return self._finish(terms["out_positive"] + terms["out_negative"]), terms
+        return self._finish(positive + negative), terms
 
 
 class CogAttention(Attention):

@@ -55,9 +55,12 @@ __all__ = [
     "negative_branch_weights",
     "build_attention",
     "build_cross_attention",
+    "cross_attention_kind",
+    "cross_attention_kinds",
     "kwargs_by_kind",
     "on_register",
     "DNA_EXTRAS",
+    "DEFAULT_ATTENTION",
 ]
 
 
@@ -266,6 +269,20 @@ def build_attention(
     return spec.module(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop, **kwargs)
 
 
+def cross_attention_kinds() -> tuple[str, ...]:
+    """Names of the registered kinds that have a cross-attention (:attr:`AttentionKind.cross`)."""
+    return tuple(name for name, kind in _KINDS.items() if kind.cross is not None)
+
+
+def cross_attention_kind(name: str) -> AttentionKind:
+    """The kind named ``name`` if it has a cross-attention; a ValueError listing those otherwise."""
+    spec = _KINDS.get(name)
+    if spec is None or spec.cross is None:
+        raise ValueError(f"unknown cross-attention {name!r}; choose one of {sorted(cross_attention_kinds())} "
+                         "(an attention kind registered with a `cross` class)")
+    return spec
+
+
 def build_cross_attention(
     kind: str,
     dim: int,
@@ -273,15 +290,17 @@ def build_cross_attention(
     qkv_bias: bool = True,
     attn_drop: float = 0.0,
     proj_drop: float = 0.0,
+    *,
+    offered: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> CrossAttention:
     """Build the cross-attention of ``kind``, Linear layers initialised as the TimeSformer's
     (trunc-normal 0.02, zero bias). Extra keyword arguments go to that implementation only
-    (e.g. ``alpha_init`` for ``"dna"``)."""
-    with_cross = [name for name, k in _KINDS.items() if k.cross is not None]
-    spec = _KINDS.get(kind)
-    if spec is None or spec.cross is None:
-        raise ValueError(f"unknown cross-attention {kind!r}; choose one of {sorted(with_cross)}")
+    (e.g. ``alpha_init`` for ``"dna"``); ``offered`` ones only if its constructor takes them
+    (a caller's options that some kinds have no use for, e.g. the probe's ``alpha_init``)."""
+    spec = cross_attention_kind(kind)
+    takes = inspect.signature(spec.cross).parameters
+    kwargs = {**{k: v for k, v in (offered or {}).items() if k in takes}, **kwargs}
     module = spec.cross(dim, num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=proj_drop, **kwargs)
     module.apply(init_module)
     return module
@@ -316,6 +335,9 @@ register_attention(AttentionKind(
     extras=DNA_EXTRAS, negative=NegativeBranch(), cross=DenoisingCrossAttention, in_reference=True,
     heads_from_state=_heads_from_alpha,
 ))
+#: The kind a network uses unless its configuration names another: the paper's DnA. Every
+#: default attention argument of the package reads it (tests/test_defaults.py).
+DEFAULT_ATTENTION = "dna"
 register_attention(AttentionKind(
     "dna_shared_v", SharedValueDnA, "DnA with one V, the negative branch subtracted (the reference's ablation)",
     extras={k: v for k, v in DNA_EXTRAS.items() if k != "v_neg"}, negative=NegativeBranch(value=None),

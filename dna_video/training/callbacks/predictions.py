@@ -8,7 +8,7 @@ One row per video, columns :data:`PREDICTION_COLUMNS`:
   as ``index:probability`` pairs, most probable first.
 
 Probabilities are those of the mean of a video's views (:func:`dna_video.tasks.views.mean_view_probs`).
-The rows are :func:`dna_video.analysis.predictions.csv_rows` (``dna-video predict --out`` writes the
+The rows are :func:`dna_video.prediction.records.csv_rows` (``dna-video predict --out`` writes the
 same, with PyTorch or ONNX Runtime).
 """
 
@@ -23,7 +23,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from dna_video.analysis.predictions import PREDICTION_COLUMNS, csv_rows, write_csv
+from dna_video.prediction.records import PREDICTION_COLUMNS, csv_rows, write_csv
 
 log = logging.getLogger(__name__)
 

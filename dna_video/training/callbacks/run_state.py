@@ -14,7 +14,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from dna_video.training.runs import Experiment, record_run
+from dna_video.runs.registry import Experiment, record_run
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def _set_rng_states(states: dict[str, Any]) -> None:
 
 
 class RunState(Callback):
-    """Record the run at the start of ``fit`` (:func:`dna_video.training.runs.record_run`, so that
+    """Record the run at the start of ``fit`` (:func:`dna_video.runs.registry.record_run`, so that
     ``--ckpt_path last`` finds it); keep the global random generators in every checkpoint and
     restore them when a fit resumes, so the data order and augmentations continue as if the
     run had not stopped; on SIGTERM (a cluster's warning before it kills or requeues a job,

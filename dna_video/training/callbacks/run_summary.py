@@ -18,7 +18,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from dna_video.checkpoints.run_summary import SUMMARY_FILE, read_summary
+from dna_video.runs.summary import SUMMARY_FILE, read_summary
 from dna_video.common.atomic import write_json
 
 __all__ = ["RunSummary", "SUMMARY_FILE", "read_summary"]

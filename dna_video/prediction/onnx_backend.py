@@ -1,7 +1,10 @@
-"""An exported ``.onnx`` model in ONNX Runtime, with what its file says about the data.
+"""An exported ``.onnx`` model in ONNX Runtime as a ``predict`` backend (:class:`OnnxModel`), with
+what its file says about the data; numpy preprocessing (:func:`~dna_video.prediction.views.frame_views`),
+no torch anywhere on this path (``tests/test_onnx_runtime.py`` runs ``predict`` where importing
+torch fails).
 
 ``dna-video export onnx`` writes the evaluation settings, class names and view aggregation
-into the file's metadata properties (:func:`dna_video.checkpoints.deploy.runtime_metadata`);
+into the file's metadata properties (:func:`dna_video.export.metadata.runtime_metadata`);
 :class:`OnnxModel` reads them back as :class:`~dna_video.data.eval_settings.EvalSettings`, so
 that a video is sampled, cropped and normalised as the checkpoint's evaluation did it.
 """
@@ -13,14 +16,22 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from dna_video.data.eval_settings import EvalSettings
+from dna_video.prediction.backend import Backend
+from dna_video.prediction.pipeline import Predictions, predict_videos
+from dna_video.prediction.timeline import video_timeline
+from dna_video.prediction.views import VideoViews, frame_views, load_views
+from dna_video.tasks.views import mean_view_probs, softmax
 
 __all__ = [
-    "OnnxModel", "OnnxModelError", "load_onnx_model", "session_options", "providers_for", "mean_view_probs", "softmax",
+    "OnnxModel", "OnnxModelError", "load_onnx_model", "session_options", "providers_for",
+    # 0.2's names (dna_video.runtime.model, .inference), kept one release
+    "mean_view_probs", "softmax", "OnnxWindows", "VideoViews", "load_views", "Predictions", "predict_videos",
+    "video_timeline",
 ]
 
 # Keys without which a file is not one of ours (dna-video export writes them all).
@@ -31,25 +42,6 @@ class OnnxModelError(ValueError):
     """An ``.onnx`` file that cannot be run here: missing, unreadable, not exported by
     ``dna-video export onnx`` (no data settings inside), or asked for a provider ONNX Runtime
     lacks. The message says which and what to do."""
-
-
-def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Softmax along ``axis``, in float32, the maximum subtracted first."""
-    shifted = np.asarray(logits, np.float32) - np.max(logits, axis=axis, keepdims=True)
-    exp = np.exp(shifted)
-    return exp / exp.sum(axis=axis, keepdims=True)
-
-
-def mean_view_probs(logits: np.ndarray, on: str = "logits") -> np.ndarray:
-    """(B, V, K) view logits -> (B, K) probabilities of each video's views combined, as
-    :func:`dna_video.tasks.views.mean_view_probs`: the softmax of the mean logits (``logits``)
-    or the mean of the views' softmax (``probs``)."""
-    logits = np.asarray(logits, np.float32)
-    if on == "logits":
-        return softmax(logits.mean(axis=1))
-    if on == "probs":
-        return softmax(logits).mean(axis=1)
-    raise ValueError(f"unknown aggregation input {on!r}: use logits or probs")
 
 
 def providers_for(device: str | None, available: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
@@ -90,8 +82,9 @@ def session_options(threads: int | None = None):
 
 
 @dataclass
-class OnnxModel:
-    """An ``.onnx`` model of ``dna-video export onnx`` and what its file says.
+class OnnxModel(Backend):
+    """An ``.onnx`` model of ``dna-video export onnx`` and what its file says, as a ``predict``
+    backend (:class:`~dna_video.prediction.backend.Backend`).
 
     Attributes:
         session: the ONNX Runtime ``InferenceSession``.
@@ -112,14 +105,16 @@ class OnnxModel:
     patch_size: int = 0
     source: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    runtime: ClassVar[str] = "onnxruntime"
 
     @property
     def input_name(self) -> str:
         return self.metadata.get("input") or self.session.get_inputs()[0].name
 
-    @property
-    def num_classes(self) -> int:
-        return len(self.class_names)
+    def prepare(self, frames: np.ndarray) -> np.ndarray:
+        """(n, H, W, 3) uint8 -> (n, crops, 3, crop, crop) float32 (numpy, :func:`frame_views`)."""
+        settings = self.settings
+        return frame_views(frames, settings.crop_size, settings.num_crops, settings.mean, settings.std)
 
     def logits(self, views: np.ndarray, chunk: int = 32) -> np.ndarray:
         """(V, 3, T, crop, crop) float32 views -> (V, K) logits, ``chunk`` views a call."""
@@ -128,13 +123,6 @@ class OnnxModel:
             return np.empty((0, self.num_classes), np.float32)
         parts = [self.session.run(None, {self.input_name: views[i:i + chunk]})[0] for i in range(0, len(views), chunk)]
         return np.concatenate(parts).astype(np.float32, copy=False)
-
-    def probs(self, views: np.ndarray, chunk: int = 32) -> np.ndarray:
-        """(B, V, 3, T, crop, crop) views of B videos -> (B, K) probabilities, each video's
-        views combined as the model was evaluated (:func:`mean_view_probs`)."""
-        views = np.asarray(views)
-        logits = self.logits(views.reshape(-1, *views.shape[2:]), chunk)
-        return mean_view_probs(logits.reshape(views.shape[0], views.shape[1], -1), self.aggregate)
 
 
 def load_onnx_model(path: str | Path, device: str | None = None, threads: int | None = None,
@@ -181,3 +169,9 @@ def load_onnx_model(path: str | Path, device: str | None = None, threads: int | 
     settings = EvalSettings.from_fields(metadata).replace(**overrides)
     return OnnxModel(session, [str(n) for n in metadata["class_names"]], settings,
                      metadata.get("aggregate", "logits"), int(metadata.get("patch_size") or 0), str(path), metadata)
+
+
+def OnnxWindows(model: OnnxModel) -> OnnxModel:  # noqa: N802
+    """0.2's ``dna_video.runtime.inference.OnnxWindows(model)``, kept one release: the model itself
+    prepares frames and answers windows now (``model.prepare``, ``model.probs_of``)."""
+    return model

@@ -19,7 +19,7 @@ Which label a frame shows:
 
 The output has the source's frame count, size and frame rate (H.264 in mp4, ``yuv420p``;
 ``yuv444p`` for an odd width or height, which 4:2:0 cannot hold), written atomically. numpy,
-Pillow and PyAV only: the ONNX Runtime ``predict`` draws labels without torch.
+Pillow and PyAV only: an ``.onnx`` model's ``predict`` draws labels without torch.
 """
 
 from __future__ import annotations
@@ -36,9 +36,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from dna_video.analysis.plotting import fit_text
-from dna_video.analysis.windows import Segment, Timeline
 from dna_video.common.atomic import atomic_path
+from dna_video.prediction.timeline import Segment, Timeline
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +85,8 @@ def band_height(height: int) -> int:
 
 def draw_label(frame: np.ndarray, label: FrameLabel) -> np.ndarray:
     """``frame`` (H, W, 3) uint8 with the band of ``label`` drawn across its top (a copy)."""
+    from dna_video.analysis.plotting import fit_text  # here: plotting imports matplotlib (seconds to start)
+
     height, width = frame.shape[:2]
     size = _font_size(height)
     font = ImageFont.load_default(size=size)  # Pillow's own scalable font: the same on every machine
@@ -201,7 +202,7 @@ def _decoded_frames(path: str) -> tuple[Fraction, Iterator[np.ndarray]]:
     """The frame rate of ``path`` and its frames in order (PyAV; a damaged end stops them, logged)."""
     import av
 
-    from dna_video.analysis.stream import source_rate
+    from dna_video.prediction.stream import source_rate
 
     container = av.open(path)
     stream = container.streams.video[0]

@@ -1,5 +1,5 @@
-"""Live video: windows predicted as the frames arrive, whatever runs the network. numpy and
-PyAV only (no torch): the PyTorch ``predict --stream`` and the ONNX Runtime one share it.
+"""Live video: windows predicted as the frames arrive, whatever backend runs the network. numpy
+and PyAV only (no torch): a checkpoint's ``predict --stream`` and an ``.onnx`` model's are this.
 
 Source. Anything PyAV opens (:func:`open_source`): a file, an ``rtsp://`` / ``http://`` URL, a
 capture device (``/dev/video0`` is opened as ``v4l2``; other devices name their FFmpeg format).
@@ -8,11 +8,12 @@ the frames some window samples. ``speed`` paces the frames by their timestamps (
 2: twice as fast; 0: as fast as they decode): a file read at speed 1 arrives as a camera's
 frames would; a live source arrives at its own pace anyway.
 
-Windows. :class:`LivePlan` is the timeline's plan (:func:`~dna_video.analysis.windows.plan_windows`:
-T frames ``step`` apart, windows ``stride`` apart) laid out as the frames come, with no end
-known in advance: window ``w`` starts at frame ``w x stride`` and is complete when its last
-sampled frame is in. (A file's timeline adds one more window ending at the file's end; a live
-source has no known end, so the frames after the last whole window are counted instead.)
+Windows. :class:`LivePlan` is the timeline's plan (:func:`~dna_video.prediction.windows.plan_windows`:
+T frames ``step`` apart, windows ``stride`` apart) laid out as the frames come: a window is
+complete when its last sampled frame is in. A file states its frame count: its plan is the
+file's own, the window that ends at the file's end included, so a file streamed gives the
+windows (and times) of its ``--timeline``. A live source has no known end: window ``w`` starts
+at frame ``w x stride``, and the frames after the last whole window are counted instead.
 
 Ring buffer. :func:`run_stream` prepares each sampled frame once (resize, crops, normalise)
 as it arrives and holds the prepared frames of one window (from the next window's first frame
@@ -44,16 +45,17 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from dna_video.analysis.predictions import top_classes
-from dna_video.analysis.windows import Stride, plan_windows
+from dna_video.prediction.records import top_classes
+from dna_video.prediction.windows import Stride, plan_windows
 from dna_video.data.sampling import FrameSampler
-from dna_video.data.video import check_frame_size
+from dna_video.data.video import VideoDecodeError, check_frame_size, probe_video
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "StreamSourceError", "is_local_file", "display_name", "stream_stem", "open_source", "source_rate", "LivePlan",
-    "FrameReader", "LiveWindow", "LiveStats", "run_stream", "LiveCsv", "latency_summary",
+    "StreamSourceError", "is_local_file", "display_name", "stream_stem", "open_source", "source_rate",
+    "file_frame_count", "LivePlan", "FrameReader", "LiveWindow", "LiveStats", "run_stream", "LiveCsv",
+    "latency_summary", "summary_lines",
 ]
 
 # A source that sends nothing for this long ends the stream (network sources; a file never waits).
@@ -128,40 +130,80 @@ def source_rate(stream: Any) -> Fraction:
     return Fraction(int(DEFAULT_FPS))
 
 
+def file_frame_count(source: str, container: Any) -> int | None:
+    """The frames of ``source`` when it is a file here: the count its header states, else its
+    packets counted (PyAV, nothing decoded); None for a URL or a device (no end known) or a
+    file whose frames cannot be counted."""
+    if not is_local_file(source):
+        return None
+    stated = int(container.streams.video[0].frames or 0)
+    if stated > 0:
+        return stated
+    try:
+        return probe_video(source, "pyav")[0] or None
+    except VideoDecodeError:
+        return None
+
+
 # -- windows as the frames come ----------------------------------------------------------------
 
 
 class LivePlan:
-    """The timeline's regular windows of a source at ``fps`` (see the module's docstring):
-    window ``w`` samples frames ``floor(w x stride + k x step)``, k < T, the numbers
-    :func:`~dna_video.analysis.windows.plan_windows` gives a file.
+    """The timeline's windows of a source at ``fps`` (see the module's docstring): window ``w``
+    samples frames ``floor(start + k x step)``, k < T, the numbers
+    :func:`~dna_video.prediction.windows.plan_windows` gives a file. ``num_frames``: the
+    source's length when it is known (a file): the file's plan, the tail window included;
+    None: a live source, windows ``w x stride`` apart with no end.
 
     Raises:
         ValueError: a ``uniform`` sampler (no window to slide), as ``plan_windows``.
     """
 
-    def __init__(self, sampler: FrameSampler, fps: float, stride: Stride | None = None) -> None:
-        # The step, span and stride of the file's plan (its defaults and checks): one window's worth.
-        shape = plan_windows(int(math.ceil(sampler.stride(fps) * sampler.num_frames)) + 1, fps, sampler, stride)
+    #: The first frame of a window past a file's last: above every frame index.
+    BEYOND = np.iinfo(np.int64).max
+
+    def __init__(self, sampler: FrameSampler, fps: float, stride: Stride | None = None,
+                 num_frames: int | None = None) -> None:
+        # A live source: the step, span and stride of the file's plan (its defaults and checks), one window's worth.
+        length = num_frames or int(math.ceil(sampler.stride(fps) * sampler.num_frames)) + 1
+        shape = plan_windows(length, fps, sampler, stride)
         self.fps, self.step, self.span, self.stride = float(fps), shape.step, shape.span, shape.stride
         self.offsets = np.arange(sampler.num_frames) * self.step
+        self.windows = shape if num_frames else None  # a file's whole plan
+        if self.windows is not None:
+            # A window is complete when its last frame is in: the latest of its frames so far, in order.
+            self._completes_at = np.maximum.accumulate(self.windows.indices.max(axis=1))
         self._planned = 0  # windows whose frames are in _wanted (the reader's side)
         self._wanted: set[int] = set()
 
+    @property
+    def count(self) -> int | None:
+        """The windows of a file (None: a live source, no end known)."""
+        return len(self.windows) if self.windows is not None else None
+
     def indices(self, window: int) -> np.ndarray:
-        """(T,) the frames window ``window`` samples (as ``plan_windows``: floor(start + offsets))."""
-        return np.floor(window * self.stride + self.offsets).astype(np.int64)
+        """(T,) the frames window ``window`` samples (as ``plan_windows``: floor(start + offsets));
+        past a file's last window, :attr:`BEYOND`."""
+        if self.windows is None:
+            return np.floor(window * self.stride + self.offsets).astype(np.int64)
+        if window >= len(self.windows):
+            return np.full(len(self.offsets), self.BEYOND, np.int64)
+        return self.windows.indices[window]
 
     def first(self, window: int) -> int:
-        return int(self.indices(window)[0])
+        """The first frame window ``window`` samples: no later window needs an earlier one."""
+        return int(self.indices(window).min())
 
     def last(self, window: int) -> int:
-        return int(self.indices(window)[-1])
+        """The last frame window ``window`` samples: it is complete once that frame is in."""
+        return int(self.indices(window).max())
 
     def complete(self, latest: int) -> int:
         """How many windows are complete once frame ``latest`` is in (windows 0 .. n - 1)."""
         if latest < 0:
             return 0
+        if self.windows is not None:
+            return int(np.searchsorted(self._completes_at, latest, side="right"))
         count = max(0, int((latest - self.offsets[-1]) // self.stride))  # a guess, then corrected
         while count > 0 and self.last(count - 1) > latest:
             count -= 1
@@ -170,10 +212,18 @@ class LivePlan:
         return count
 
     def start_s(self, window: int) -> float:
+        if self.windows is not None:
+            return float(self.windows.start_s[window])
         return window * self.stride / self.fps
 
     def end_s(self, window: int) -> float:
-        return (window * self.stride + self.span) / self.fps
+        return self.end_frame(window) / self.fps
+
+    def end_frame(self, window: int) -> float:
+        """Where window ``window`` ends, in frames of the source (a file's last: at its end)."""
+        if self.windows is not None:
+            return float(min(self.windows.starts[window] + self.span, self.windows.num_frames))
+        return window * self.stride + self.span
 
     def wanted(self, index: int) -> bool:
         """Whether some window samples frame ``index``; ask in increasing order (the reader)."""
@@ -298,8 +348,9 @@ class LiveWindow:
 @dataclass
 class LiveStats:
     """What a stream did: frames read, windows answered and skipped, sampled frames dropped
-    unused (skipped windows' only), frames after the last whole window, each window's latency,
-    the wall seconds, and how it ended (``error`` None: the source ended or was stopped)."""
+    unused (skipped windows' only), frames after the end of the last window answered, each
+    window's latency, the wall seconds, and how it ended (``error`` None: the source ended or
+    was stopped)."""
 
     frames_read: int = 0
     windows: int = 0
@@ -312,7 +363,7 @@ class LiveStats:
     stopped: bool = False
 
 
-def _prepare_all(arrivals: list[_Arrival], prepare: Callable[[np.ndarray], Sequence]) -> list[Any]:
+def _prepare_all(arrivals: list[_Arrival], prepare: Callable[[np.ndarray], np.ndarray]) -> list[Any]:
     """``prepare`` over the frames of ``arrivals`` in batches of one frame size (a source may change size)."""
     prepared: list[Any] = []
     start = 0
@@ -325,13 +376,13 @@ def _prepare_all(arrivals: list[_Arrival], prepare: Callable[[np.ndarray], Seque
     return prepared
 
 
-def run_stream(reader: FrameReader, plan: LivePlan, prepare: Callable[[np.ndarray], Sequence],
-               probs_of: Callable[[list], np.ndarray], drop: bool = True, stack: Callable[[list], Any] = np.stack,
+def run_stream(reader: FrameReader, plan: LivePlan, prepare: Callable[[np.ndarray], np.ndarray],
+               probs_of: Callable[[list], np.ndarray], drop: bool = True,
                on_window: Callable[[LiveWindow], None] | None = None, min_side: int = 0) -> LiveStats:
     """Read ``reader`` to its end and answer every window of ``plan`` as soon as its last frame
-    is in (see the module's docstring): ``prepare`` (n, H, W, 3) uint8 -> n frames (each frame
-    once, on arrival), ``stack`` a window's frames, ``probs_of`` [window] -> (1, K)
-    probabilities, ``on_window`` each answer. ``drop``: skip the windows that completed while
+    is in (see the module's docstring): ``prepare`` (n, H, W, 3) uint8 -> n prepared frames
+    (each frame once, on arrival; a backend's), ``probs_of`` [window: its T prepared frames]
+    -> (1, K) probabilities (a backend's), ``on_window`` each answer. ``drop``: skip the windows that completed while
     the network was busy but the newest. ``min_side``: refuse a source with a side below it
     (the network's patch size). Ctrl-C stops the stream like its end.
 
@@ -376,7 +427,7 @@ def run_stream(reader: FrameReader, plan: LivePlan, prepare: Callable[[np.ndarra
                 arrived[arrival.index] = arrival.arrival
             while next_window < complete:
                 indices = plan.indices(next_window).tolist()
-                probs = np.asarray(probs_of([stack([held[i] for i in indices])]), dtype=np.float32)[0]
+                probs = np.asarray(probs_of([[held[i] for i in indices]]), dtype=np.float32)[0]
                 latency = time.perf_counter() - arrived[indices[-1]]
                 stats.latencies_s.append(latency)
                 stats.windows += 1
@@ -401,8 +452,8 @@ def run_stream(reader: FrameReader, plan: LivePlan, prepare: Callable[[np.ndarra
     stats.frames_read = reader.frames_read
     stats.error, stats.stopped = reader.error, reader.stopped
     stats.seconds = (reader.ended_at or time.perf_counter()) - reader.started_at
-    last_used = plan.last(last_done) if last_done >= 0 else -1
-    stats.frames_after_last_window = max(0, stats.frames_read - 1 - last_used)
+    covered = math.ceil(plan.end_frame(last_done) - 1e-9) if last_done >= 0 else 0  # frames 0 .. covered - 1
+    stats.frames_after_last_window = max(0, stats.frames_read - covered)
     return stats
 
 
@@ -447,3 +498,30 @@ class LiveCsv:
 
     def close(self) -> None:
         self._file.close()
+
+
+def summary_lines(name: str, stats: LiveStats, plan: LivePlan, drop: bool, csv_name: str) -> list[str]:
+    """The lines that end a stream (``predict --stream`` prints them; the first on stderr when
+    the source failed): how it ended, the latency, what was dropped, what came after the last
+    window."""
+    read = f"{stats.frames_read} frames ({stats.frames_read / plan.fps:.1f} s of video in {stats.seconds:.1f} s)"
+    if stats.error:
+        lines = [f"{name}: the source failed after {read}: {stats.error}; the {stats.windows} windows answered "
+                 f"before are in {csv_name}"]
+    else:
+        how = "stopped (Ctrl-C)" if stats.stopped else "the source ended"
+        lines = [f"{name}: {how} after {read}: {stats.windows} windows answered"]
+    latency = latency_summary(stats.latencies_s)
+    if latency:
+        lines.append(f"latency from a window's last frame to its prediction: median {latency['median_ms']:.0f} ms, "
+                     f"95th percentile {latency['p95_ms']:.0f} ms, largest {latency['max_ms']:.0f} ms")
+    if stats.skipped_windows:
+        lines.append(f"dropped {stats.dropped_frames} sampled frames: {stats.skipped_windows} of "
+                     f"{stats.windows + stats.skipped_windows} windows skipped, the model being slower than the source "
+                     "(--no-drop answers every window, later)")
+    elif drop and stats.windows:
+        lines.append("no frame dropped: the model kept up with the source")
+    if stats.frames_after_last_window:
+        lines.append(f"the last {stats.frames_after_last_window} frames "
+                     f"({stats.frames_after_last_window / plan.fps:.2f} s) came after the last whole window")
+    return lines

@@ -1,6 +1,6 @@
-"""What ``predict`` reports per video, from class probabilities alone (numpy, no torch): the
-PyTorch ``predict``, ``cli.py test``/``predict``'s CSV writer and the ONNX Runtime ``predict``
-(:mod:`dna_video.runtime`) write the same records, rows and table.
+"""What ``predict`` reports per video, from class probabilities alone (numpy, no torch): ``predict``
+(a checkpoint or an ``.onnx`` model) and ``cli.py test``/``predict``'s CSV writer write the same
+records, rows and table.
 
 * :func:`prediction_records`: one dict per video, the JSON output;
 * :func:`csv_rows` / :func:`write_csv`: the CSV, columns :data:`PREDICTION_COLUMNS`: ``path``,

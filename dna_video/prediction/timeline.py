@@ -1,7 +1,18 @@
-"""A long video's timeline, everything but the network: where the clip window lies along the
-video, each sampled frame decoded once, smoothing, segments and the four files. numpy only (no
-torch): the PyTorch timeline (:mod:`.timeline`) and the ONNX Runtime one
-(:mod:`dna_video.runtime`) share it; see :mod:`.timeline` for what a timeline is.
+"""A long, untrimmed video as a timeline: the model's clip window slid along it.
+
+The windows and each window's frames decoded once: :mod:`.windows`. Each window's spatial views
+(the evaluation's crops) are combined as the model combines views
+(:func:`~dna_video.tasks.views.mean_view_probs`); the probabilities can be smoothed over
+neighbouring windows (:func:`smooth`) and consecutive windows of the same top-1 class make a
+segment (:func:`segments_of`; segments shorter than a minimum are merged into a neighbour).
+:func:`write_timeline` writes, named after the video: ``<stem>_windows.csv`` (``start_s,
+end_s`` and the top-k classes with their probabilities per window), ``<stem>_segments.json``,
+``<stem>.srt`` (the segments as subtitles: any player shows the labels) and
+``<stem>_timeline.png`` (:func:`~dna_video.analysis.plotting.timeline_figure`, imported only
+then), each atomically.
+
+:func:`video_timeline` runs a backend (a checkpoint's network or an ``.onnx`` model) over it;
+:func:`sliding_timeline` is the same with any two functions in its place.
 """
 
 from __future__ import annotations
@@ -9,189 +20,29 @@ from __future__ import annotations
 import csv
 import io
 import logging
-import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from dna_video.analysis.predictions import top_classes
 from dna_video.common.atomic import write_json, write_text
 from dna_video.data.sampling import FrameSampler
-from dna_video.data.video import FrameStream, check_frame_size, frame_size, open_stream
+from dna_video.data.video import check_frame_size, frame_size, open_stream
+from dna_video.prediction.backend import Backend
+from dna_video.prediction.records import top_classes
+from dna_video.prediction.windows import Stride, TimelineStats, Windows, parse_stride, plan_windows, window_clips
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "Stride", "parse_stride", "Windows", "plan_windows", "TimelineStats", "window_clips", "Timeline",
-    "sliding_timeline", "smooth",
-    "Segment", "segments_of", "windows_csv", "srt_timestamp", "srt_text", "TimelineFiles", "write_timeline",
-    "describe",
+    "Timeline", "sliding_timeline", "video_timeline", "smooth", "Segment", "segments_of", "windows_csv",
+    "srt_timestamp", "srt_text", "TimelineFiles", "write_timeline", "describe",
+    # the windows' names, importable from here as in 0.2 (dna_video.analysis.timeline / .windows)
+    "Stride", "parse_stride", "Windows", "plan_windows", "TimelineStats", "window_clips",
 ]
-
-
-# -- windows ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Stride:
-    """Distance between window starts: ``value`` seconds (``unit="s"``) or file frames (``"f"``)."""
-
-    value: float
-    unit: str = "s"
-
-    def frames(self, fps: float) -> float:
-        return self.value * fps if self.unit == "s" else self.value
-
-    def __str__(self) -> str:
-        return f"{self.value:g}{self.unit}"
-
-
-def parse_stride(text: str) -> Stride:
-    """``2.5`` or ``2.5s``: seconds; ``16f``: frames of the file.
-
-    Raises:
-        ValueError: anything else, or a stride not above 0.
-    """
-    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([sf]?)\s*", text)
-    if not match or float(match.group(1)) <= 0:
-        raise ValueError(f"stride {text!r}: give seconds (2.5 or 2.5s) or frames (16f), above 0")
-    return Stride(float(match.group(1)), match.group(2) or "s")
-
-
-@dataclass(frozen=True)
-class Windows:
-    """Where the clip window lies along one video.
-
-    Attributes:
-        num_frames: the video's frames; fps: its frame rate.
-        step: file frames between a clip's sampled frames; span: frames a window covers (T x step).
-        stride: file frames between window starts.
-        starts: (W,) first frame position of each window (fractional: indices are floored).
-        indices: (W, T) the frame indices each window samples.
-    """
-
-    num_frames: int
-    fps: float
-    step: float
-    span: float
-    stride: float
-    starts: np.ndarray
-    indices: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    @property
-    def duration_s(self) -> float:
-        return self.num_frames / self.fps
-
-    @property
-    def window_s(self) -> float:
-        return self.span / self.fps
-
-    @property
-    def stride_s(self) -> float:
-        return self.stride / self.fps
-
-    @property
-    def start_s(self) -> np.ndarray:
-        return self.starts / self.fps
-
-    @property
-    def end_s(self) -> np.ndarray:
-        return np.minimum(self.starts + self.span, self.num_frames) / self.fps
-
-    @property
-    def centre_s(self) -> np.ndarray:
-        return (self.start_s + self.end_s) / 2
-
-
-def plan_windows(num_frames: int, fps: float, sampler: FrameSampler, stride: Stride | None = None) -> Windows:
-    """The windows of a video of ``num_frames`` frames at ``fps`` (see the module's docstring).
-
-    Raises:
-        ValueError: a sampler in ``uniform`` mode (it spreads one clip over the whole video:
-            there is no window to slide), or no frames.
-    """
-    if sampler.mode != "clip":
-        raise ValueError("a timeline slides the clip window along the video: the model samples 'uniform' "
-                         "(T segments over the whole video); give --sampling clip and a --sampling-rate")
-    if num_frames < 1:
-        raise ValueError("the video has no frames")
-    step = sampler.stride(fps)
-    span = step * sampler.num_frames
-    if stride is None:
-        frames = step * max(1, sampler.num_frames // 2)
-    else:
-        frames = stride.frames(fps)
-    if frames <= 0:
-        raise ValueError(f"stride {stride}: must be above 0")
-    last = num_frames - span
-    starts = np.arange(0.0, last + 1e-9, frames) if last >= 0 else np.zeros(1)
-    if last > 0 and starts[-1] < last - 1e-9:
-        starts = np.append(starts, last)  # the tail: one window ending at the end
-    offsets = np.arange(sampler.num_frames) * step
-    indices = np.floor(starts[:, None] + offsets[None]).astype(np.int64)
-    if sampler.short_video == "loop":
-        indices %= num_frames
-    indices = np.clip(indices, 0, num_frames - 1)
-    return Windows(num_frames, float(fps), step, span, frames, starts, indices)
-
-
-# -- frames of each window, decoded once ---------------------------------------------------------
-
-
-@dataclass
-class TimelineStats:
-    """What a timeline cost: frames decoded (each sampled frame once), the most frames held at
-    once, windows through the network, wall seconds, and the video's seconds per wall second."""
-
-    decoded_frames: int = 0
-    unique_frames: int = 0
-    peak_held_frames: int = 0
-    windows: int = 0
-    seconds: float = 0.0
-    video_seconds: float = 0.0
-
-    @property
-    def throughput(self) -> float:
-        """Seconds of video per second of wall time."""
-        return self.video_seconds / self.seconds if self.seconds > 0 else float("inf")
-
-
-def window_clips(stream: FrameStream, windows: Windows, prepare: Callable[[np.ndarray], Sequence] | None = None,
-                 chunk: int = 32, stats: TimelineStats | None = None,
-                 stack: Callable[[list], Any] = np.stack) -> Iterator[tuple[int, Any]]:
-    """(window number, its frames stacked (T, ...)) of each window in order, every sampled frame
-    decoded once (``chunk`` frames a decoder call) and ``prepare``\\ d once ((n, H, W, 3) uint8
-    -> n frames, e.g. the evaluation's resize, crops and normalisation, as numpy or as a torch
-    tensor: whatever ``stack`` stacks); a frame is dropped once no later window samples it. A
-    file whose frames stop early (damage) ends at the last complete window."""
-    stats = stats if stats is not None else TimelineStats()
-    wanted = np.unique(windows.indices)
-    stats.unique_frames = int(wanted.size)
-    held: dict[int, Any] = {}
-    current = 0
-    for index, frames in stream.chunks(wanted, chunk):
-        stats.decoded_frames += len(index)
-        batch = prepare(frames) if prepare is not None else frames
-        held.update(zip(index.tolist(), batch))
-        stats.peak_held_frames = max(stats.peak_held_frames, len(held))
-        while current < len(windows) and windows.indices[current].max() <= index[-1]:
-            yield current, stack([held[i] for i in windows.indices[current].tolist()])
-            current += 1
-            if current < len(windows):  # later windows sample from here on
-                first = int(windows.indices[current].min())
-                for i in [i for i in held if i < first]:
-                    del held[i]
-    if current < len(windows):
-        log.warning("%s: frames stop at %d of %d: the timeline ends at %.2f s (%d of %d windows)", stream.path,
-                    stats.decoded_frames, stats.unique_frames, windows.end_s[current - 1] if current else 0.0,
-                    current, len(windows))
 
 
 # -- a timeline's probabilities ----------------------------------------------------------------
@@ -222,14 +73,14 @@ class Timeline:
 
 
 def sliding_timeline(path: str, decoder: str, sampler: FrameSampler, class_names: Sequence[str],
-                     prepare: Callable[[np.ndarray], Sequence], probs_of: Callable[[list], np.ndarray],
+                     prepare: Callable[[np.ndarray], np.ndarray], probs_of: Callable[[list], np.ndarray],
                      stride: Stride | None = None, windows_per_pass: int = 10, decode_chunk: int = 32,
-                     stack: Callable[[list], Any] = np.stack, min_side: int = 0) -> Timeline:
+                     min_side: int = 0) -> Timeline:
     """The timeline of the video at ``path``, whatever runs the network: :func:`plan_windows` of
     ``sampler`` and ``stride``, :func:`window_clips` (read by ``decoder``, each sampled frame
-    ``prepare``\\ d once into its views (crops, C, h, w), a window ``stack``\\ ed into (T, crops,
-    C, h, w)), and ``probs_of`` a list of at most ``windows_per_pass`` windows -> their (B, K)
-    probabilities (the views of each combined). ``min_side``: refuse a video with a side below
+    ``prepare``\\ d once into its views (crops, C, h, w), a window its T prepared frames), and
+    ``probs_of`` a list of at most ``windows_per_pass`` windows -> their (B, K) probabilities
+    (the views of each combined). ``min_side``: refuse a video with a side below
     it (the network's patch size), on the header's size and on the decoded frames.
 
     Raises:
@@ -242,9 +93,9 @@ def sliding_timeline(path: str, decoder: str, sampler: FrameSampler, class_names
     start = time.perf_counter()
     stats = TimelineStats()
     probs: list[np.ndarray] = []
-    batch: list = []
+    batch: list[list[np.ndarray]] = []
 
-    def checked(frames: np.ndarray) -> Sequence:
+    def checked(frames: np.ndarray) -> np.ndarray:
         if min_side > 1:
             check_frame_size(path, *frames.shape[1:3], min_side)
         return prepare(frames)
@@ -254,7 +105,7 @@ def sliding_timeline(path: str, decoder: str, sampler: FrameSampler, class_names
         if windows.span > windows.num_frames:
             log.warning("%s: %d frames, shorter than one window (%.0f frames): one window, frames repeated", path,
                         windows.num_frames, windows.span)
-        for _, frames in window_clips(stream, windows, checked, decode_chunk, stats, stack):
+        for _, frames in window_clips(stream, windows, checked, decode_chunk, stats):
             batch.append(frames)
             if len(batch) == windows_per_pass:
                 probs.append(np.asarray(probs_of(batch), dtype=np.float32))
@@ -266,6 +117,23 @@ def sliding_timeline(path: str, decoder: str, sampler: FrameSampler, class_names
     stats.video_seconds = float(windows.end_s[stats.windows - 1]) if stats.windows else 0.0
     found = np.concatenate(probs) if probs else np.empty((0, len(class_names)), np.float32)
     return Timeline(path, windows, found, list(class_names), stats)
+
+
+def video_timeline(model: Backend, path: str, stride: Stride | None = None, views_per_pass: int = 32,
+                   decode_chunk: int = 32) -> Timeline:
+    """Slide ``model``'s clip window along the video at ``path``: probabilities of every
+    window, the evaluation's crops of each combined (:func:`sliding_timeline` with the backend's
+    ``prepare`` and ``probs_of``, at most ``views_per_pass`` views a pass).
+
+    Raises:
+        VideoDecodeError: the file cannot be decoded.
+        VideoTooSmallError: a side below the network's patch size.
+        ValueError: the model samples ``uniform`` clips.
+    """
+    settings = model.settings
+    return sliding_timeline(path, settings.decoder, settings.sampler, model.class_names, model.prepare,
+                            model.probs_of, stride, max(1, views_per_pass // settings.num_crops), decode_chunk,
+                            min_side=model.patch_size)
 
 
 # -- smoothing and segments ----------------------------------------------------------------------
