@@ -2,7 +2,9 @@
 (and, for the even-spread column and the cue shares, the rendered test sets' own files), computes
 every number of the tables on where the predictions go and on distractor confusion with its own
 code (csv, statistics, yaml and scipy only: nothing of ``experiments.denoising`` or ``dna_video``), and
-compares them cell by cell with what README.md and docs/denoising.md print.
+compares them cell by cell with what README.md and docs/denoising.md print: where the
+predictions go per arm, every paired comparison (top-1 and distractor confusion; pairs that share
+a pretrained start counted as units), and the held-out sets' cue shares.
 
     python experiments/denoising_recount.py [--csv experiments/results/denoising.csv] [--data runs/denoising/data]
 
@@ -102,12 +104,22 @@ def main(argv: list[str] | None = None) -> int:
         if row["task"] == "target":
             arms.setdefault(arm(row), []).append(row)
     printed = {(c[0], c[1]): c for c in table_rows(docs, "| group | arm | runs | true |")}
+    plan = yaml.safe_load((REPO / "experiments/denoising_plan.yaml").read_text())["confirmatory"]
+    planned = int(plan["pairs"])
+    confirm_pairs = len({r["seed"] for r in arms.get(("confirm", "softmax"), [])} &
+                        {r["seed"] for r in arms.get(("confirm", plan["variant"]), [])})
+    pending = confirm_pairs < planned
     for key, members in arms.items():
         true, cue, distractor = (mean_of(members, k) for k in ("shifted_top1", "shifted_cue_follow",
                                                                "shifted_distractor_confusion"))
         if distractor is None:
             continue
         cells = printed.get(key)
+        if key[0] == "confirm" and pending:  # no interim look: shown once every planned pair is in
+            if cells is not None:
+                wrong.append(f"docs: the confirmatory arm {key} is shown with {confirm_pairs} of {planned} pairs")
+            checked += 1
+            continue
         if cells is None:
             wrong.append(f"docs: no outcomes line for {key}")
             continue
@@ -127,47 +139,73 @@ def main(argv: list[str] | None = None) -> int:
         check(f"{where} mass +", plus, mean_of(members, "mass_ratio_positive_distractors"), 2, 1)
         check(f"{where} mass -", minus, mean_of(members, "mass_ratio_negative_distractors"), 2, 1)
 
-    # 2. The distractor-confusion comparisons (README), the confirmatory one first.
-    readme = (REPO / "README.md").read_text()
-    block = readme[readme.index("Distractor confusion: the share"):]
-    names = {"dna_random": ("primary", "dna_random"), "scaled_copy": ("finetune_init", "dna_scaled_copy"),
+    # 2. Every comparison (docs/denoising.md: top-1, then distractor confusion; the README's
+    # table holds the preregistered lines and the pretraining's bar, the same lines).
+    inits = {"random": ("primary", "dna_random"), "scaled_copy": ("finetune_init", "dna_scaled_copy"),
              "orthogonal": ("finetune_init", "dna_orthogonal")}
-    for cells in table_rows(block, "| comparison |"):
-        name, metric = cells[0], cells[1]
-        column = {"shifted confusion": "shifted_distractor_confusion",
-                  "in-dist. confusion": "in_distribution_distractor_confusion"}[metric]
-        if "confirmatory" in name:
-            a_arm, b_arm = ("confirm", name.split(": ")[-1].split(" - ")[0]), ("confirm", "softmax")
-        elif name.startswith("from scratch"):
-            a_arm, b_arm = ("scratch", name.split(": ")[1].split(" - ")[0]), ("scratch", "softmax")
-        elif name.startswith("fine-tuned"):
-            init = re.search(r"\((\w+)\)", name).group(1)
-            a_arm, b_arm = names["dna_random" if init == "random" else init], ("primary", "softmax")
-        else:
+    columns = {"shifted top-1": "shifted_top1", "in-dist. top-1": "in_distribution_top1",
+               "shifted confusion": "shifted_distractor_confusion",
+               "in-dist. confusion": "in_distribution_distractor_confusion"}
+    lines = table_rows(docs[docs.index("Paired differences a - b"):], "| comparison |")
+    lines += table_rows(docs[docs.index("Distractor confusion: the share"):], "| comparison |")
+    printed_lines = {"| " + " | ".join(c) + " |" for c in lines}
+    for cells in table_rows((REPO / "README.md").read_text(), "| comparison |"):
+        if "| " + " | ".join(cells) + " |" not in printed_lines:
+            wrong.append(f"README's line is not docs/denoising.md's: {cells[0]}")
+        checked += 1
+    for cells in lines:
+        name, column = cells[0], columns[cells[1]]
+        bare = re.sub(r"\*\*\w+\*\*: ", "", name.split(" (a fine-tuning arm")[0])
+        if bare.startswith("confirmatory"):
+            a_arm, b_arm = ("confirm", bare.split(": ")[-1].split(" - ")[0]), ("confirm", "softmax")
+        elif bare.startswith("from scratch"):
+            a_arm, b_arm = ("scratch", bare.split(": ")[1].split(" - ")[0]), ("scratch", "softmax")
+        elif bare.startswith("pretraining pays"):
+            a_arm, b_arm = ("primary", "softmax"), ("scratch", "softmax")
+        elif bare.startswith("pilot"):
+            a_arm, b_arm = ("pilot", "dna_" + re.search(r"\((\w+)\)", bare).group(1)), ("pilot", "softmax")
+        elif bare.startswith("fine-tuned"):
+            a_arm, b_arm = inits[re.search(r"\((\w+)\)", bare).group(1)], ("primary", "softmax")
+        elif bare == "DnA-pretrained DnA - softmax-pretrained softmax":
             a_arm, b_arm = ("dna_pretrained", "dna"), ("primary", "softmax")
-        a = {r["seed"]: float(r[column]) for r in arms.get(a_arm, []) if r.get(column)}
-        b = {r["seed"]: float(r[column]) for r in arms.get(b_arm, []) if r.get(column)}
+        elif bare.startswith("DnA-pretrained DnA - softmax-pretrained DnA"):
+            a_arm, b_arm = ("dna_pretrained", "dna"), inits[re.search(r"\((\w+)\)", bare).group(1)]
+        else:
+            wrong.append(f"an unknown comparison: {name}")
+            continue
+        a = {r["seed"]: (float(r[column]), r["start"]) for r in arms.get(a_arm, []) if r.get(column)}
+        b = {r["seed"]: (float(r[column]), r["start"]) for r in arms.get(b_arm, []) if r.get(column)}
         seeds = sorted(set(a) & set(b), key=int)
         check(f"{name} pairs", cells[2].split()[0], len(seeds), 0, 1)
-        if "confirmatory" in name:  # tested once, on all its planned pairs (the plan's stopping rule)
-            planned = int(yaml.safe_load((REPO / "experiments/denoising_plan.yaml").read_text())["confirmatory"]["pairs"])
-            if len(seeds) < planned:
-                if cells[2] != f"{len(seeds)} of {planned} (incomplete: not tested)" or set(cells[4:]) != {"-"}:
-                    wrong.append(f"{name}: {len(seeds)} of {planned} pairs, printed as tested: {cells[2:]}")
-                checked += 1
-                continue
+        if bare.startswith("confirmatory") and len(seeds) < planned:  # tested once, on all its pairs
+            if cells[2] != f"{len(seeds)} of {planned} (incomplete: not tested)" or set(cells[4:]) != {"-"}:
+                wrong.append(f"{name}: {len(seeds)} of {planned} pairs, printed as tested: {cells[2:]}")
+            checked += 1
+            continue
         if len(seeds) < 2:
             continue
-        result = paired([a[s] for s in seeds], [b[s] for s in seeds])
-        check(f"{name} a", cells[4], statistics.mean(a[s] for s in seeds))
-        check(f"{name} b", cells[5], statistics.mean(b[s] for s in seeds))
-        diff = re.fullmatch(r"([+-][\d.]+) \[([+-][\d.]+), ([+-][\d.]+)\]", cells[6])
+        # Pairs whose runs share a pretrained start are one unit (their mean) when the arm's
+        # pairs come from several starts but fewer than the pairs.
+        units: dict[tuple, list[str]] = {}
+        for seed in seeds:
+            key = tuple(x for x in (a[seed][1], b[seed][1]) if x not in ("", "-")) or (seed,)
+            units.setdefault(key, []).append(seed)
+        if 1 < len(units) < len(seeds):
+            xa = [statistics.mean(a[s][0] for s in members) for members in units.values()]
+            xb = [statistics.mean(b[s][0] for s in members) for members in units.values()]
+            check(f"{name} units", re.search(r"\((\d+) starts", cells[2]).group(1), len(units), 0, 1)
+        else:
+            xa, xb = [a[s][0] for s in seeds], [b[s][0] for s in seeds]
+        result = paired(xa, xb)
+        check(f"{name} a", cells[4], statistics.mean(a[s][0] for s in seeds))
+        check(f"{name} b", cells[5], statistics.mean(b[s][0] for s in seeds))
+        diff = re.match(r"([+-][\d.]+) \[([+-][\d.]+), ([+-][\d.]+)\]", cells[6])
         check(f"{name} a - b", diff.group(1), result["mean"])
         check(f"{name} low", diff.group(2), result["low"])
         check(f"{name} high", diff.group(3), result["high"])
         check(f"{name} p", cells[7], result["p"], 3, 1)
         check(f"{name} MDE", cells[8], result["mde"])
-        print(f"{name}: {len(seeds)} pairs, {100 * result['mean']:+.2f} points "
+        print(f"{bare} ({cells[1]}): {len(seeds)} pairs, {result['n']} units, {100 * result['mean']:+.2f} points "
               f"[{100 * result['low']:+.2f}, {100 * result['high']:+.2f}], p {result['p']:.4f}, MDE {100 * result['mde']:.2f}")
 
     print(f"\n{checked} printed numbers recounted; {len(wrong)} disagree")

@@ -334,9 +334,10 @@ def test_the_verdict_answers_the_confirmatory_question_only_with_all_its_pairs()
         spec = dict(spec, pairs=4)
         plan = dict(plan, confirmatory=spec)
     first, n = spec["first_seed"], spec["pairs"]
-    rows = [_row("confirm", "softmax", first + i, shifted_distractor_confusion=0.40 + 0.01 * (i % 3)) for i in range(n)]
-    rows += [_row("confirm", spec["variant"], first + i, shifted_distractor_confusion=0.30 + 0.02 * (i % 2))
-             for i in range(n)]
+    rows = [_row("confirm", "softmax", first + i, shifted_distractor_confusion=0.40 + 0.01 * (i % 3),
+                 shifted_top1=0.35, shifted_cue_follow=0.15) for i in range(n)]
+    rows += [_row("confirm", spec["variant"], first + i, shifted_distractor_confusion=0.30 + 0.02 * (i % 2),
+                  shifted_top1=0.35, shifted_cue_follow=0.15) for i in range(n)]
     text = " ".join(report.verdict(rows, plan).split())
     assert "DnA lowers it" in text and f"{n} pairs of their own seeds" in text
     assert "has" not in text.split("confirmatory question")[1][:40]
@@ -347,6 +348,10 @@ def test_the_verdict_answers_the_confirmatory_question_only_with_all_its_pairs()
     assert line.endswith(f"| {n - 1} of {n} (incomplete: not tested) | - / - | - | - | - | - | - | - |"), line
     line = next(x for x in report.confusion_table(rows, plan).splitlines() if "**confirmatory**" in x)
     assert f"| {n} | - / - | 31.0 |" in line and "incomplete" not in line
+    # Nor do the per-arm tables: the confirmatory arms appear with their last pair.
+    for complete, shown in ((rows, True), (rows[:-1], False)):
+        assert ("| confirm | softmax |" in report.outcomes_table(complete, plan)) == shown
+        assert ("| confirm | softmax |" in report.table(complete, plan)) == shown
 
 
 def test_the_reading_states_the_pretraining_bar_and_the_exploratory_intervals():

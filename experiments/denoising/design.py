@@ -2,7 +2,7 @@
 comparisons its report makes. The preregistered part (the primary comparison, its test, alpha,
 power and number of pairs) lives in ``experiments/denoising_plan.yaml`` and is read from there.
 
-Every run has a *pair seed* s: its ``--seed_everything``, its model's ``pair_seed`` (every
+Every run has a *pair seed* s: its ``--seed_everything``, its model's ``init.pair_seed`` (every
 parameter it shares with softmax attention starts equal to the softmax model's at s, its extra
 parameters come from their own generator) and its data's ``data_seed`` (training order and
 augmentation drawn from their own generator, independent of the model). Two runs with the same

@@ -23,11 +23,12 @@ def sections(rows: list[dict], plan: dict, sensitivity_csv: Path = RESULTS / "de
 
     out = {
         "README.md": {
-            "denoising comparisons": report.comparison_table(rows, plan) + "\n\n" + report.confusion_table(rows, plan),
+            "denoising comparisons": report.key_table(rows, plan),
             "denoising verdict": report.verdict(rows, plan),
         },
         "docs/denoising.md": {
-            "denoising arms": report.arms_table(rows) + "\n\n" + report.outcomes_table(rows, plan),
+            "denoising comparisons": report.comparison_table(rows, plan) + "\n\n" + report.confusion_table(rows, plan),
+            "denoising arms": report.arms_table(report.settled(rows, plan)) + "\n\n" + report.outcomes_table(rows, plan),
             "denoising data": report.data_text(plan),
             "denoising reading": report.reading(rows, plan),
         },

@@ -15,9 +15,10 @@ import yaml
 from experiments.denoising.design import Cell, comparisons, confusion_comparisons
 from experiments.denoising.stats import pairs_needed, paired
 
-__all__ = ["COLUMNS", "csv_row", "read_csv", "write_results", "cell_name", "label_of", "table", "comparison_table",
-           "confusion_table", "arms_table", "outcomes", "outcomes_table", "data_facts", "data_text", "verdict", "reading",
-           "pretraining_verdict", "pilot_report", "calibration_report", "differences_figure", "plots"]
+__all__ = ["COLUMNS", "csv_row", "read_csv", "write_results", "cell_name", "label_of", "table", "key_table",
+           "comparison_table", "confusion_table", "arms_table", "outcomes", "outcomes_table", "data_facts", "data_text",
+           "verdict", "reading", "settled", "pretraining_verdict", "pilot_report", "calibration_report",
+           "differences_figure", "plots"]
 
 SETS = ("in_distribution", "shifted", "source")
 COLUMNS = [
@@ -148,6 +149,18 @@ def comparison_rows(rows: list[dict], plan: dict, which: list | None = None) -> 
     return out
 
 
+def settled(rows: list[dict], plan: dict) -> list[dict]:
+    """``rows`` without the confirmatory question's while it has fewer than its planned pairs:
+    its arms' means would show the difference before the test (the plan: no interim look)."""
+    spec = plan.get("confirmatory") or {}
+    if not spec.get("pairs"):
+        return rows
+    variant = spec["variant"]
+    found = {r["seed"] for r in rows if r["group"] == "confirm" and r["variant"] == "softmax"} & \
+        {r["seed"] for r in rows if r["group"] == "confirm" and r["variant"] == variant}
+    return rows if len(found) >= int(spec["pairs"]) else [r for r in rows if r["group"] != "confirm"]
+
+
 def _planned_pairs(comparison, plan: dict) -> int | None:
     """The confirmatory question's planned number of pairs (None for the other comparisons)."""
     if not comparison.confirmatory:
@@ -169,7 +182,8 @@ def table(rows: list[dict], plan: dict) -> str:
     """The report: the comparisons (top-1, then distractor confusion), the verdict, then per arm
     the means of every measure and where the predictions go, and the data's cue shares."""
     return "\n\n".join([comparison_table(rows, plan), confusion_table(rows, plan), verdict(rows, plan),
-                        arms_table(rows), outcomes_table(rows, plan), reading(rows, plan), data_text(plan)])
+                        arms_table(settled(rows, plan)), outcomes_table(rows, plan), reading(rows, plan),
+                        data_text(plan)])
 
 
 _HEADER = ["| comparison | metric | pairs | pretrained starts a / b | a | b | a - b [95% CI] | p | MDE | pair corr. |",
@@ -229,6 +243,19 @@ def confusion_table(rows: list[dict], plan: dict) -> str:
         "",
     ]
     items = comparison_rows(rows, plan, confusion_comparisons(plan))
+    return "\n".join(lines + _comparison_lines(items, pretraining_verdict(rows, plan)))
+
+
+def key_table(rows: list[dict], plan: dict) -> str:
+    """The README's table: the two preregistered comparisons (the primary's top-1, the
+    confirmatory question's distractor confusion) and the pretraining's bar; every comparison is
+    in :func:`comparison_table` and :func:`confusion_table` (docs/denoising.md)."""
+    items = [item for item in comparison_rows(rows, plan) + comparison_rows(rows, plan, confusion_comparisons(plan))
+             if item["comparison"].preregistered or item["comparison"].threshold is not None]
+    lines = ["The preregistered comparisons and the pretraining's bar: paired differences a - b in percentage "
+             "points, 95% t-interval, two-sided paired t-test p, minimum detectable effect (80% power, alpha "
+             "0.05), the arms' correlation across pairs; pretrained starts: how many pretrained models each "
+             "arm's runs start from (- : from scratch). Every comparison: docs/denoising.md.", ""]
     return "\n".join(lines + _comparison_lines(items, pretraining_verdict(rows, plan)))
 
 
@@ -306,6 +333,7 @@ def outcomes_table(rows: list[dict], plan: dict) -> str:
     def text(value: float | None, scale: float = 100.0, digits: int = 1) -> str:
         return "-" if value is None else f"{scale * value:.{digits}f}"
 
+    rows = settled(rows, plan)
     for (group, label), members in _arms(rows).items():
         found = outcomes(rows, group, label, plan)
         if found is None:
@@ -430,7 +458,7 @@ def verdict(rows: list[dict], plan: dict) -> str:
                    else ".")
                 + (" After fine-tuning it was not asked: no pretraining pays its bar." if pretraining is not None
                    and pretraining["failed"] else ""))
-    group = "confirm" if any(r["group"] == "confirm" for r in rows) else "scratch"
+    group = "confirm" if any(r["group"] == "confirm" for r in settled(rows, plan)) else "scratch"
     variant = spec.get("variant", "dna")
     values = {k: _arm_mean(rows, group, variant, k) for k in (
         "mass_ratio_negative_distractors", "mass_ratio_negative_actor", "mass_ratio_positive_distractors",

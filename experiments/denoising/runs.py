@@ -70,7 +70,7 @@ def fit_command(cell: Cell, layout: Layout) -> list[str]:
         sys.executable, "cli.py", "fit", "--config", str(CONFIG.relative_to(REPO)),
         "--data.init_args.root", str(layout.train_root(cell.task)),
         "--data.init_args.data_seed", str(cell.seed), "--data.init_args.cache_decoded", "true",
-        "--model.network.attention", cell.variant, "--model.pair_seed", str(cell.seed),
+        "--model.network.attention", cell.variant, "--model.init.pair_seed", str(cell.seed),
         "--seed_everything", str(cell.seed),
         "--trainer.logger.init_args.save_dir", str(folder.parent.parent),
         "--trainer.logger.init_args.name", folder.parent.name, "--trainer.logger.init_args.version", "0",
