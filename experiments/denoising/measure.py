@@ -8,7 +8,7 @@
 * on the shifted set: top-1 and distractor confusion with the negative branch switched off
   (kinds that have one);
 * on a fixed subset of the shifted set (the first ``map_videos``), the mechanism per spatial
-  block and head (:func:`dna_video.analysis.denoising.mechanism`): attention mass on actor /
+  block and head (:func:`dna_video.analysis.denoising.measure_mechanism`): attention mass on actor /
   distractors / background relative to their area, per map; the correlation of the positive
   and negative maps; cos(q+, -q-) of the cls query; the negative branch's output norm over the
   positive one's. The CSV row holds their means over blocks and heads; ``details`` all of it.
