@@ -4,7 +4,8 @@ every number of the tables on where the predictions go and on distractor confusi
 code (csv, statistics, yaml and scipy only: nothing of ``experiments.denoising`` or ``dna_video``), and
 compares them cell by cell with what README.md and docs/denoising.md print: where the
 predictions go per arm, every paired comparison (top-1 and distractor confusion; pairs that share
-a pretrained start counted as units), and the held-out sets' cue shares.
+a pretrained start counted as units), the held-out sets' cue shares, and the README verdict's
+answer to the confirmatory question (its interval, p, MDE and wording).
 
     python experiments/denoising_recount.py [--csv experiments/results/denoising.csv] [--data runs/denoising/data]
 
@@ -55,6 +56,19 @@ def paired(a: list[float], b: list[float], alpha: float = 0.05, power: float = 0
     return {"n": n, "mean": mean, "low": mean - half, "high": mean + half, "p": float(p), "mde": mde}
 
 
+def agrees(printed: str, value: float | None, digits: int) -> bool:
+    """``printed`` is ``value`` to its precision: within half a unit of its last digit (a value
+    exactly halfway, e.g. a mean of 0.1625 shown in points, may be printed rounded either way:
+    16.2 or 16.3), a sign or not."""
+    if value is None or printed == "-":
+        return value is None and printed == "-"
+    try:
+        shown = float(printed)
+    except ValueError:
+        return False
+    return abs(shown - value) <= 0.5 * 10 ** -digits + 1e-9
+
+
 def table_rows(text: str, header_start: str) -> list[list[str]]:
     """The cells of the markdown table whose header line starts with ``header_start``."""
     lines = text.splitlines()
@@ -79,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     def check(where: str, printed: str, value: float | None, digits: int = 1, scale: float = 100.0) -> None:
         nonlocal checked
         mine = "-" if value is None else f"{scale * value:.{digits}f}"
-        if printed.lstrip("+") != mine.lstrip("+") and not (printed.startswith("+") and mine == printed[1:]):
+        if not agrees(printed, None if value is None else scale * value, digits):
             wrong.append(f"{where}: printed {printed}, recounted {mine}")
         checked += 1
 
@@ -146,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     columns = {"shifted top-1": "shifted_top1", "in-dist. top-1": "in_distribution_top1",
                "shifted confusion": "shifted_distractor_confusion",
                "in-dist. confusion": "in_distribution_distractor_confusion"}
+    confirmatory = None  # its paired result, once every planned pair is in
     lines = table_rows(docs[docs.index("Paired differences a - b"):], "| comparison |")
     lines += table_rows(docs[docs.index("Distractor confusion: the share"):], "| comparison |")
     printed_lines = {"| " + " | ".join(c) + " |" for c in lines}
@@ -207,6 +222,38 @@ def main(argv: list[str] | None = None) -> int:
         check(f"{name} MDE", cells[8], result["mde"])
         print(f"{bare} ({cells[1]}): {len(seeds)} pairs, {result['n']} units, {100 * result['mean']:+.2f} points "
               f"[{100 * result['low']:+.2f}, {100 * result['high']:+.2f}], p {result['p']:.4f}, MDE {100 * result['mde']:.2f}")
+        if bare.startswith("confirmatory"):
+            confirmatory = result
+
+    # 3. The README's verdict: its answer to the confirmatory question, once all its pairs are in
+    # (before, that it says none is tested).
+    verdict = " ".join((REPO / "README.md").read_text().split("<!-- denoising verdict -->")[1]
+                       .split("<!-- end denoising verdict -->")[0].split())
+    if pending:
+        if f"has {confirm_pairs} of its {planned} planned pairs: no test is made" not in verdict:
+            wrong.append(f"README verdict: does not say the confirmatory question has {confirm_pairs} of {planned} pairs")
+        checked += 1
+    elif confirmatory is None:
+        wrong.append("docs: no confirmatory line with its numbers")
+    else:
+        said = re.search(r"(\d+) pairs of their own seeds: DnA minus softmax ([+-][\d.]+) points \[([+-][\d.]+), "
+                         r"([+-][\d.]+)\], p = ([\d.e+-]+), minimum detectable effect ([\d.]+) points", verdict)
+        if said is None:
+            wrong.append("README verdict: no answer to the confirmatory question with its interval, p and MDE")
+        else:
+            check("verdict confirmatory pairs", said.group(1), confirmatory["n"], 0, 1)
+            check("verdict confirmatory a - b", said.group(2), confirmatory["mean"])
+            check("verdict confirmatory low", said.group(3), confirmatory["low"])
+            check("verdict confirmatory high", said.group(4), confirmatory["high"])
+            if said.group(5) != f"{confirmatory['p']:.2g}":
+                wrong.append(f"verdict confirmatory p: printed {said.group(5)}, recounted {confirmatory['p']:.2g}")
+            checked += 1
+            check("verdict confirmatory MDE", said.group(6), confirmatory["mde"])
+            low, high = confirmatory["low"], confirmatory["high"]
+            answer = "DnA lowers it" if high < 0 else "DnA raises it" if low > 0 else "no difference is found"
+            if answer not in verdict[said.end():said.end() + 200]:
+                wrong.append(f"README verdict: the confirmatory answer is not '{answer}' (interval {low:+.4f}, {high:+.4f})")
+            checked += 1
 
     print(f"\n{checked} printed numbers recounted; {len(wrong)} disagree")
     for line in wrong:

@@ -18,7 +18,7 @@ __all__ = ["sections", "update"]
 def sections(rows: list[dict], plan: dict, sensitivity_csv: Path = RESULTS / "denoising_sensitivity.csv"
              ) -> dict[str, dict[str, str]]:
     """File (relative to the repository) -> marker -> the text between its markers (the
-    reproducibility table once its record exists)."""
+    reproducibility table once its record exists, before it a line that says it does not)."""
     from experiments.denoising import sensitivity
 
     out = {
@@ -38,6 +38,11 @@ def sections(rows: list[dict], plan: dict, sensitivity_csv: Path = RESULTS / "de
         cells = {json.loads(p.read_text())["cell"] for p in records.glob("*.json")}
         out["docs/denoising.md"]["denoising sensitivity"] = sensitivity.table(
             sensitivity.read(sensitivity_csv), cells.pop() if len(cells) == 1 else None)
+    else:  # say so rather than leave an empty table under a sentence that announces one
+        shown = sensitivity_csv.relative_to(REPO).as_posix() if sensitivity_csv.is_relative_to(REPO) else sensitivity_csv
+        out["docs/denoising.md"]["denoising sensitivity"] = (
+            f"Not measured yet on this grid's machine: no `{shown}` is "
+            "committed (`python -m experiments.denoising --sensitivity scratch/dna/seed0` writes it and this table).")
     return out
 
 

@@ -454,8 +454,8 @@ def verdict(rows: list[dict], plan: dict) -> str:
                 f"lower distractor confusion on the shifted set, trained from scratch? {res.n} pairs of their own "
                 f"seeds: DnA minus softmax {_ci(res)}, minimum detectable effect {_points(res.mde, False)} points "
                 f"(planned: {100 * spec['target_mde']:.0f}): {answer}"
-                + (f"; effects beyond [{_points(res.low)}, {_points(res.high)}] are unlikely." if answer.startswith("no")
-                   else ".")
+                + (f"; its 95% interval leaves out changes below {_points(res.low)} or above {_points(res.high)} "
+                   f"points." if answer.startswith("no") else ".")
                 + (" After fine-tuning it was not asked: no pretraining pays its bar." if pretraining is not None
                    and pretraining["failed"] else ""))
     group = "confirm" if any(r["group"] == "confirm" for r in settled(rows, plan)) else "scratch"
