@@ -354,6 +354,26 @@ def test_the_verdict_answers_the_confirmatory_question_only_with_all_its_pairs()
         assert ("| confirm | softmax |" in report.table(complete, plan)) == shown
 
 
+def test_the_primary_is_tested_only_with_all_its_pairs():
+    """The primary comparison is preregistered with its n too: a grid stopped before its last
+    pair shows the pairs it has and no interval, p or MDE, in the table and in the verdict."""
+    plan = design.load_plan()
+    n = plan["primary"]["pairs"]
+    init = plan["primary"]["dna_init"]
+    start = "pretrain/softmax/seed0"
+    rows = [_row("primary", "softmax", s, start, shifted_top1=0.40 + 0.01 * (s % 3)) for s in range(n)]
+    rows += [{**_row("primary", "dna", s, start, shifted_top1=0.38 + 0.02 * (s % 2)), "dna_init": init}
+             for s in range(n)]
+    partial = rows[:n - 1] + rows[n:]  # the softmax run of the last pair missing
+    line = next(x for x in report.key_table(partial, plan).splitlines() if "**primary**" in x)
+    assert line.endswith(f"| {n - 1} of {n} (incomplete: not tested) | 1 / 1 | - | - | - | - | - | - |"), line
+    text = " ".join(report.verdict(partial, plan).split())
+    assert f"has {n - 1} of its {n} planned pairs: no test is made" in text and "On it" not in text
+    line = next(x for x in report.key_table(rows, plan).splitlines() if "**primary**" in x)
+    assert f"| {n} | 1 / 1 |" in line and "incomplete" not in line
+    assert "On it, DnA minus softmax on the shifted set is" in " ".join(report.verdict(rows, plan).split())
+
+
 def test_the_reading_states_the_pretraining_bar_and_the_exploratory_intervals():
     """docs/denoising.md's reading, from rows: the pretraining's bar failed (fine-tuned softmax
     below from-scratch softmax), the DnA-pretrained arm's 5 fine-tunes from 3 pretrainings as 3

@@ -162,10 +162,12 @@ def settled(rows: list[dict], plan: dict) -> list[dict]:
 
 
 def _planned_pairs(comparison, plan: dict) -> int | None:
-    """The confirmatory question's planned number of pairs (None for the other comparisons)."""
-    if not comparison.confirmatory:
+    """A preregistered comparison's planned number of pairs (the primary's, the confirmatory
+    question's; None for the exploratory ones): each is tested once, on all of them."""
+    section = "primary" if comparison.primary else "confirmatory" if comparison.confirmatory else None
+    if section is None:
         return None
-    pairs = (plan.get("confirmatory") or {}).get("pairs")
+    pairs = (plan.get(section) or {}).get("pairs")
     return int(pairs) if pairs else None
 
 
@@ -410,6 +412,10 @@ def verdict(rows: list[dict], plan: dict) -> str:
     low, high = _paper_effects()
     parts = ["**What it says.**"]
     result = primary["result"]
+    if result is None and primary["incomplete"] and primary["seeds"]:
+        parts.append(f"The preregistered primary comparison (a fine-tuning arm, shifted top-1) has "
+                     f"{len(primary['seeds'])} of its {primary['planned']} planned pairs: no test is made before "
+                     f"all are in.")
     if result is not None:
         what = "The preregistered primary comparison is a fine-tuning arm"
         if pretraining is not None:
