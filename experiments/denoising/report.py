@@ -200,7 +200,7 @@ def _comparison_lines(items: list[dict], pretraining: dict | None) -> list[str]:
         if comparison.primary:
             name = "**primary**: " + name
             if pretraining is not None and pretraining["failed"]:
-                name += " (a fine-tuning arm: its pretraining failed its bar, last row)"
+                name += " (a fine-tuning arm whose pretraining failed its bar)"
         elif comparison.confirmatory:
             name = "**confirmatory**: " + name
         metric = METRIC_LABELS.get(comparison.metric, comparison.metric)
@@ -254,10 +254,9 @@ def key_table(rows: list[dict], plan: dict) -> str:
     in :func:`comparison_table` and :func:`confusion_table` (docs/denoising.md)."""
     items = [item for item in comparison_rows(rows, plan) + comparison_rows(rows, plan, confusion_comparisons(plan))
              if item["comparison"].preregistered or item["comparison"].threshold is not None]
-    lines = ["The preregistered comparisons and the pretraining's bar: paired differences a - b in percentage "
-             "points, 95% t-interval, two-sided paired t-test p, minimum detectable effect (80% power, alpha "
-             "0.05), the arms' correlation across pairs; pretrained starts: how many pretrained models each "
-             "arm's runs start from (- : from scratch). Every comparison: docs/denoising.md.", ""]
+    lines = ["The preregistered comparisons and the pretraining's bar: paired a - b in points, 95% t-interval, "
+             "paired t-test p, minimum detectable effect (80% power, alpha 0.05), the arms' correlation; "
+             "pretrained starts per arm (- : from scratch).", ""]
     return "\n".join(lines + _comparison_lines(items, pretraining_verdict(rows, plan)))
 
 
@@ -429,17 +428,18 @@ def verdict(rows: list[dict], plan: dict) -> str:
         starts = primary["starts"][0]
         parts.append(
             f"{what}. On it, DnA minus softmax on the shifted set is {_ci(result)} ({result.n} pairs"
-            + (", all fine-tuned from one pretrained softmax model" if starts == 1 else "") + "). "
-            f"The smallest effect this design detects at 80% power is {_points(result.mde, False)} points, against "
-            f"the paper's reported gains of +{low:.1f} to +{high:.1f}: "
+            + (", all from one pretrained softmax model" if starts == 1 else "") + "). "
+            f"Its minimum detectable effect (80% power) is {_points(result.mde, False)} points, against "
+            f"the paper's gains of +{low:.1f} to +{high:.1f}: "
             + ("it could not have seen them." if result.mde > high / 100 else
-               "large enough to see the largest." if result.mde > low / 100 else "it could have seen them."))
+               f"it could have seen the larger ones, not those under {_points(result.mde, False)}."
+               if result.mde > low / 100 else "it could have seen them."))
     softmax = outcomes(rows, "scratch", "softmax", plan)
     if softmax is not None:
         parts.append(
             f"Where the predictions go (shifted set, softmax from scratch): the cue's label {_points(softmax['cue'], False)}%"
-            f" of the videos, where spreading the errors evenly over the wrong labels gives "
-            f"{_points(softmax['even_cue'], False)}%; the distractor's own motion class "
+            f" of the videos (the errors spread evenly over the wrong labels: "
+            f"{_points(softmax['even_cue'], False)}%), the distractor's own motion class "
             f"{_points(softmax['distractor'], False)}% (even spread {_points(softmax['even_distractor'], False)}%). "
             + ("The models mistake the distractor for the actor rather than follow the cue: an error of attention, "
                "the one DnA claims to fix." if softmax["distractor"] > max(softmax["cue"], softmax["even_distractor"])
@@ -456,7 +456,7 @@ def verdict(rows: list[dict], plan: dict) -> str:
             answer = ("DnA lowers it" if res.high < 0 else "DnA raises it" if res.low > 0 else
                       "no difference is found")
             parts.append(
-                f"The confirmatory question, fixed before its runs (`experiments/denoising_plan.yaml`): does DnA "
+                f"The confirmatory question, fixed before its runs: does DnA "
                 f"lower distractor confusion on the shifted set, trained from scratch? {res.n} pairs of their own "
                 f"seeds: DnA minus softmax {_ci(res)}, minimum detectable effect {_points(res.mde, False)} points "
                 f"(planned: {100 * spec['target_mde']:.0f}): {answer}"
@@ -472,11 +472,11 @@ def verdict(rows: list[dict], plan: dict) -> str:
     if None not in values.values():
         change = values["shifted_distractor_confusion_negative_off"] - values["shifted_distractor_confusion"]
         parts.append(
-            f"In those DnA runs ({group}) the negative map puts {values['mass_ratio_negative_distractors']:.2f} times "
-            f"its area's share of attention on the distractor and {values['mass_ratio_negative_actor']:.2f} on the "
-            f"actor (positive map: {values['mass_ratio_positive_distractors']:.2f} / "
-            f"{values['mass_ratio_positive_actor']:.2f}); switching the negative branch off moves distractor "
-            f"confusion by {_points(change)} points.")
+            f"In those DnA runs ({group}) the attention on distractor / actor over their area's share is "
+            f"{values['mass_ratio_negative_distractors']:.2f} / {values['mass_ratio_negative_actor']:.2f} in the "
+            f"negative map, {values['mass_ratio_positive_distractors']:.2f} / "
+            f"{values['mass_ratio_positive_actor']:.2f} in the positive; switching the negative branch off moves "
+            f"distractor confusion by {_points(change)} points.")
     parts.append("All of it is a 0.37M-parameter model on synthetic motion: it neither supports nor refutes the "
                  "claim for pretrained TimeSformer-B.")
     return "\n".join(_wrap(" ".join(parts)))
