@@ -282,6 +282,9 @@ def test_denoising_differences_figure_shows_each_comparison_with_its_interval(tm
     from experiments.denoising import design, report
 
     plan = design.load_plan()
+    # A preregistered comparison is drawn only with all its planned pairs: 3 of the plan's 20, none.
+    assert report.differences_figure(_denoising_rows(), plan).axes[0].get_yticklabels() == []
+    plan = dict(plan, primary=dict(plan["primary"], pairs=3))  # here the three pairs are all of them
     fig = report.differences_figure(_denoising_rows(), plan)
     (ax,) = fig.axes
     assert ax.get_title() == "Denoising experiment: paired differences"

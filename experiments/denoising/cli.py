@@ -2,11 +2,13 @@
 
     python -m experiments.denoising --jobs 2 --hours 2.5   # the grid (resumable) from a worktree of HEAD
     python -m experiments.denoising --only primary/dna_random/seed3   # rerun one cell, compare with its CSV row
+    python -m experiments.denoising --sensitivity scratch/dna/seed0   # one cell under environment changes
     python -m experiments.denoising --pilot-report         # n for the plan, from the pilot's pairs
     python -m experiments.denoising --calibrate            # softmax's accuracy on the calibration shift
     python -m experiments.denoising --dry-run              # the plan: every cell, finished or not
     python -m experiments.denoising --table                # the report from experiments/results/denoising.csv
     python -m experiments.denoising --plots                # its figure (experiments/results/denoising_differences.png)
+    python -m experiments.denoising --update-docs          # the README's and docs' generated blocks, from the CSV
     python -m experiments.denoising --quick --out /tmp/dn --allow-dirty   # a tiny grid end to end (a test's)
 
 The design (data, cells, comparisons) is :mod:`experiments.denoising.design`; the preregistered
@@ -59,6 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--groups", nargs="+", default=None, help="only the cells of these groups (and their starts)")
     parser.add_argument("--only", default=None, metavar="CELL",
                         help="rerun one cell (group/label/seedN) and compare it with its CSV row")
+    parser.add_argument("--sensitivity", default=None, metavar="CELL",
+                        help="fit a from-scratch cell again under one change of its environment at a time (threads, "
+                             "CPU kernel path, MKL/oneDNN ISA, a second render) and record it beside the CSV "
+                             "(denoising_sensitivity.csv): docs/denoising.md's reproducibility table")
     parser.add_argument("--allow-dirty", action="store_true", help="run a checkout with uncommitted changes as it is")
     parser.add_argument("--at", default=None, metavar="REV",
                         help="run the committed code of REV (e.g. HEAD) from its worktree, whatever this checkout "
@@ -70,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dry-run", action="store_true", help="print the cells and stop")
     parser.add_argument("--table", action="store_true", help="print the report from the CSV and stop")
     parser.add_argument("--plots", action="store_true", help="draw the report's figure from the CSV and stop")
+    parser.add_argument("--update-docs", action="store_true",
+                        help="rewrite the generated blocks of README.md and docs/denoising.md from the CSV and stop")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)  # the worktree's process
     return parser
 
@@ -79,6 +87,11 @@ def _paths(args: argparse.Namespace) -> tuple[Path, Path, Path]:
     csv_path = Path(args.csv).resolve() if args.csv else (out / "denoising.csv" if args.quick else RESULTS / "denoising.csv")
     records = csv_path.parent / csv_path.stem  # one JSON per run beside the CSV
     return out, csv_path, records
+
+
+def _sensitivity_csv(csv_path: Path) -> Path:
+    """The sensitivity record beside the grid's CSV (its JSONs in the folder of its stem)."""
+    return csv_path.with_name("denoising_sensitivity.csv")
 
 
 def _in_worktree(argv: list[str], commit: str, out: Path, csv_path: Path, plan: Path) -> int:
@@ -201,6 +214,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 1
         return 0
+    if args.update_docs:
+        from experiments.denoising import docs
+
+        for path in docs.update(report.read_csv(csv_path), plan):
+            print(f"rewritten: {path}")
+        return 0
     if args.plots:
         for path in report.plots(report.read_csv(csv_path), plan, csv_path.parent):
             print(f"written: {path}")
@@ -219,7 +238,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if not args.inside:
-        outputs = tuple(str(p.relative_to(REPO)) for p in (csv_path, records) if p.is_relative_to(REPO))
+        sensitivity = _sensitivity_csv(csv_path)
+        outputs = tuple(str(p.relative_to(REPO)) for p in (csv_path, records, sensitivity, sensitivity.with_suffix(""))
+                        if p.is_relative_to(REPO))
         if args.at:  # an explicit commit: its worktree is clean whatever this checkout holds
             state = tree_state(REPO)
             state = type(state)(state.root, resolve_commit(REPO, args.at), ())
@@ -247,6 +268,14 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.only:
         return _rerun(args, cells, layout, code, csv_path)
+    if args.sensitivity:
+        from experiments.denoising import sensitivity
+
+        by_name = {c.name: c for c in cells}
+        if args.sensitivity not in by_name:
+            print(f"error: --sensitivity {args.sensitivity}: no such cell; `--dry-run` lists them", file=sys.stderr)
+            return 2
+        return sensitivity.run(by_name[args.sensitivity], layout, code, _sensitivity_csv(csv_path))
     # The fits fork from a process that imported the toolkit once, started here (before any
     # thread) so that its imports overlap the rendering; --only reruns a cell as a plain
     # process, so it also checks that both give one row.

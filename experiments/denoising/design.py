@@ -2,7 +2,7 @@
 comparisons its report makes. The preregistered part (the primary comparison, its test, alpha,
 power and number of pairs) lives in ``experiments/denoising_plan.yaml`` and is read from there.
 
-Every run has a *pair seed* s: its ``--seed_everything``, its model's ``pair_seed`` (every
+Every run has a *pair seed* s: its ``--seed_everything``, its model's ``init.pair_seed`` (every
 parameter it shares with softmax attention starts equal to the softmax model's at s, its extra
 parameters come from their own generator) and its data's ``data_seed`` (training order and
 augmentation drawn from their own generator, independent of the model). Two runs with the same
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import yaml
 
-__all__ = ["REPO", "CONFIG", "PLAN", "RESULTS", "Cell", "Comparison", "load_plan", "cells", "comparisons",
-           "data_options", "test_set_options", "TEST_SETS", "QUICK"]
+__all__ = ["REPO", "CONFIG", "PLAN", "RESULTS", "Cell", "Comparison", "load_plan", "cells", "confirmatory_cells",
+           "comparisons", "confusion_comparisons", "CONFUSION", "data_options", "test_set_options", "TEST_SETS",
+           "QUICK"]
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "denoising.yaml"
@@ -76,7 +77,9 @@ class Cell:
 
 @dataclass(frozen=True)
 class Comparison:
-    """``a - b`` over the seeds both have; ``primary``: the preregistered comparison."""
+    """``a - b`` over the seeds both have; ``primary``: the preregistered comparison of shifted
+    top-1; ``confirmatory``: the preregistered question on distractor confusion (the plan's
+    ``confirmatory``); the others are exploratory."""
 
     name: str
     a: tuple[str, str]  # (group, label)
@@ -84,6 +87,11 @@ class Comparison:
     metric: str
     primary: bool = False
     threshold: float | None = None  # a bar the difference must clear (pretraining that pays)
+    confirmatory: bool = False
+
+    @property
+    def preregistered(self) -> bool:
+        return self.primary or self.confirmatory
 
 
 def _pretrain(variant: str, seed: int) -> Cell:
@@ -122,7 +130,19 @@ def cells(plan: dict, quick: bool = False, calibration: bool = False) -> list[Ce
         out += [Cell("dna_pretrained", "dna", s, _pretrain("dna", s % len(pretrain_seeds))) for s in seeds]
     if not quick:  # --quick leaves these out: the pretraining cells' path (no start) on the target task
         out += [Cell("scratch", variant, s) for s in seeds for variant in explore["scratch_variants"]]
+        out += confirmatory_cells(plan)
     return out
+
+
+def confirmatory_cells(plan: dict) -> list[Cell]:
+    """The confirmatory question's runs (group ``confirm``, from scratch, seeds of their own):
+    none until the plan states its number of pairs."""
+    spec = plan.get("confirmatory") or {}
+    if not spec.get("pairs"):
+        return []
+    first = int(spec["first_seed"])
+    return [Cell("confirm", variant, s) for s in range(first, first + int(spec["pairs"]))
+            for variant in ("softmax", spec["variant"])]
 
 
 def comparisons(plan: dict) -> list[Comparison]:
@@ -147,6 +167,36 @@ def comparisons(plan: dict) -> list[Comparison]:
                                   metric))
     out.append(Comparison("pretraining pays: fine-tuned softmax - from-scratch softmax", ("primary", "softmax"),
                           ("scratch", "softmax"), "in_distribution_top1", threshold=plan["pretraining"]["must_gain"]))
+    return out
+
+
+#: The confusion comparisons' metrics: the share of a set's videos predicted as the distractor's class.
+CONFUSION = "shifted_distractor_confusion"
+
+
+def confusion_comparisons(plan: dict) -> list[Comparison]:
+    """What the report compares on distractor confusion: the confirmatory question first (once
+    the plan has it), then the grid's arms on the same measure (exploratory: chosen after the
+    grid showed where the predictions go)."""
+    init = plan["primary"]["dna_init"]
+    explore = plan["exploratory"]
+    out = []
+    spec = plan.get("confirmatory")
+    if spec:
+        out.append(Comparison(f"confirmatory, from scratch: {spec['variant']} - softmax", ("confirm", spec["variant"]),
+                              ("confirm", "softmax"), spec["metric"], confirmatory=True))
+    for variant in explore["scratch_variants"]:
+        if variant != "softmax":
+            out.append(Comparison(f"from scratch: {variant} - softmax", ("scratch", variant), ("scratch", "softmax"),
+                                  CONFUSION))
+    out.append(Comparison("from scratch: dna - softmax (in-distribution set)", ("scratch", "dna"), ("scratch", "softmax"),
+                          "in_distribution_distractor_confusion"))
+    out.append(Comparison(f"fine-tuned: DnA ({init}) - softmax", ("primary", f"dna_{init}"), ("primary", "softmax"),
+                          CONFUSION))
+    out += [Comparison(f"fine-tuned: DnA ({other}) - softmax", ("finetune_init", f"dna_{other}"),
+                       ("primary", "softmax"), CONFUSION) for other in explore["dna_inits"] if other != init]
+    out.append(Comparison("DnA-pretrained DnA - softmax-pretrained softmax", ("dna_pretrained", "dna"),
+                          ("primary", "softmax"), CONFUSION))
     return out
 
 

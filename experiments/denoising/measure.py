@@ -1,10 +1,14 @@
 """The measures of one finished run, on its final checkpoint (last epoch; no selection):
 
 * per held-out set: top-1; on the cue-conflicting videos (the distractor's motion points to a
-  wrong label) top-1 and the rate at which the prediction IS the label the cue points to;
-* on the shifted set: top-1 with the negative branch switched off (kinds that have one);
+  wrong label) top-1 and the rate at which the prediction IS the label the cue points to; where
+  every prediction goes (:func:`set_metrics`: the true class, the cue's label, the distractor's
+  OWN motion class, another), the distractor confusion among them; every video's prediction
+  (the record, so that all of it can be recounted from the data's labels and ``cues.json``);
+* on the shifted set: top-1 and distractor confusion with the negative branch switched off
+  (kinds that have one);
 * on a fixed subset of the shifted set (the first ``map_videos``), the mechanism per spatial
-  block and head (:func:`dna_video.analysis.denoising.mechanism`): attention mass on actor /
+  block and head (:func:`dna_video.analysis.denoising.measure_mechanism`): attention mass on actor /
   distractors / background relative to their area, per map; the correlation of the positive
   and negative maps; cos(q+, -q-) of the cls query; the negative branch's output norm over the
   positive one's. The CSV row holds their means over blocks and heads; ``details`` all of it.
@@ -12,6 +16,9 @@
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -23,11 +30,28 @@ __all__ = ["measure", "set_metrics"]
 
 def set_metrics(probs: torch.Tensor, labels: torch.Tensor, cue_labels: torch.Tensor | None) -> dict:
     """top-1; on the videos whose cue points to another label (cue-conflicting): top-1 and the
-    share of predictions equal to the cue's label. Fractions in [0, 1]; None where undefined."""
+    share of predictions equal to the cue's label. Fractions in [0, 1]; None where undefined.
+
+    With cue labels, where each prediction goes, a partition of the videos (``outcomes``, counts):
+    ``true`` (the label), ``cue`` (the label the cue points to, when that is not the label),
+    ``distractor`` (the distractor's own motion class pi(cue), :func:`~dna_video.data.scenes.cue_motion`,
+    when that is not the label) and ``other``. The cue's label and the distractor's class never
+    coincide (pi is a derangement); the distractor's class IS the label where the cue points to
+    pi^-1(label) (``distractor_is_label`` videos: a quarter of a fully conflicting set), and those
+    predictions count as ``true``. ``distractor_confusion``: the share of ALL the set's videos
+    predicted as the distractor's class when it is not the label (the model took the
+    distractor's motion for the actor's); ``predicted``: every video's class, one digit each."""
+    from dna_video.data.scenes import cue_motion
+
     predicted = probs.argmax(dim=1)
-    out = {"top1": float((predicted == labels).double().mean()), "videos": int(len(labels))}
+    classes = probs.shape[1]
+    if classes > 10:
+        raise ValueError(f"set_metrics: {classes} classes; the record writes one digit per prediction (at most 10)")
+    correct = predicted == labels
+    out = {"top1": float(correct.double().mean()), "videos": int(len(labels)),
+           "predicted": "".join(str(p) for p in predicted.tolist())}
     if cue_labels is None:
-        return out | {"conflict_top1": None, "cue_follow": None, "conflicting": 0}
+        return out | {"conflict_top1": None, "cue_follow": None, "conflicting": 0, "distractor_confusion": None}
     conflicting = cue_labels != labels
     count = int(conflicting.sum())
     out["conflicting"] = count
@@ -36,12 +60,19 @@ def set_metrics(probs: torch.Tensor, labels: torch.Tensor, cue_labels: torch.Ten
         out["cue_follow"] = float((predicted[conflicting] == cue_labels[conflicting]).double().mean())
     else:
         out["conflict_top1"] = out["cue_follow"] = None
+    distractor = cue_motion(cue_labels, classes)
+    to_cue = (predicted == cue_labels) & conflicting
+    to_distractor = (predicted == distractor) & (distractor != labels)
+    out["outcomes"] = {"true": int(correct.sum()), "cue": int(to_cue.sum()), "distractor": int(to_distractor.sum()),
+                       "other": int((~(correct | to_cue | to_distractor)).sum())}
+    out["distractor_is_label"] = int((distractor == labels).sum())
+    out["distractor_confusion"] = float(to_distractor.double().mean())
     return out
 
 
 def predict(net: torch.nn.Module, loader) -> dict[str, torch.Tensor]:
     """Per test video (in the split's record order): ``probs`` (softmax of the mean view
-    logits) and ``labels``."""
+    logits) and ``labels``; ``loader``: its batches (a loader or a list of them)."""
     from einops import rearrange, reduce
 
     probs, labels, order = [], [], []
@@ -57,16 +88,39 @@ def predict(net: torch.nn.Module, loader) -> dict[str, torch.Tensor]:
     return {"probs": torch.cat(probs)[position], "labels": torch.cat(labels)[position], "index": torch.cat(order)[position]}
 
 
-def _datamodule(saved: dict, options: dict, cache: bool = False, **extra):
+@dataclass(frozen=True)
+class _TestSet:
+    """A held-out set as the measures read it: its batches (decoded and transformed once), the
+    file names of its records in order, and their cue labels (level ``cue``; else None)."""
+
+    batches: list[dict]
+    names: list[str]
+    cues: torch.Tensor | None
+
+
+#: Test sets already read in this process, by their DataModule arguments (the training data's
+#: ``data_seed`` aside: it draws the training order and augmentation only). Every run of a grid
+#: is measured on the same videos; decoding them was half of a run's measuring time. About 0.5 GB
+#: per 2,000 videos of 8 x 48 x 48.
+_TEST_SETS: dict[str, _TestSet] = {}
+
+
+def _test_set(saved: dict, options: dict, **extra) -> _TestSet:
+    import json
+
     from dna_video.data.distractors import SyntheticDistractors
 
     args = {k: v for k, v in saved.items() if not k.startswith("_")}  # LightningCLI's own entries
-    # ``cache``: decoded once for a set read twice (about 1 GB for 2,000 videos of 48 x 64,
-    # freed with the DataModule).
-    args.update(options, num_workers=0, cache_decoded=cache, **extra)
-    datamodule = SyntheticDistractors(**args)
-    datamodule.setup("test")
-    return datamodule
+    args.update(options, num_workers=0, cache_decoded=False, **extra)
+    key = json.dumps({k: v for k, v in args.items() if k != "data_seed"}, sort_keys=True, default=str)
+    if key not in _TEST_SETS:
+        datamodule = SyntheticDistractors(**args)
+        datamodule.setup("test")
+        batches = [batch for batch in datamodule.test_dataloader() if batch["video"] is not None]
+        names = [Path(record.path).name for record in datamodule.datasets["test"].records]
+        cues = torch.tensor(datamodule.cue_labels("test")) if datamodule.scene["level"] == "cue" else None
+        _TEST_SETS[key] = _TestSet(batches, names, cues)
+    return _TEST_SETS[key]
 
 
 def _listed(value):
@@ -117,25 +171,31 @@ def measure(cell: Cell, layout: Layout) -> dict:
                  "task": cell.task, "start": cell.start.name if cell.start else "-", "epochs": layout.epochs(cell)}
     details: dict = {"checkpoint": str(checkpoint), "sets": {}}
     for name in layout.sets_of(cell):
-        again = name == "shifted" and has_negative_branch(net)  # read a second time, negative branch off
-        datamodule = _datamodule(saved, layout.set_args(name), cache=again)
-        result = predict(net, datamodule.test_dataloader())
-        if result["index"].tolist() != list(range(len(result["index"]))):
-            raise RuntimeError(f"{name}: {len(result['index'])} of the test split's videos were predicted")
-        cues = torch.tensor(datamodule.cue_labels("test")) if datamodule.scene["level"] == "cue" else None
+        test_set = _test_set(saved, layout.set_args(name))
+        result = predict(net, test_set.batches)
+        if result["index"].tolist() != list(range(len(test_set.names))):
+            raise RuntimeError(f"{name}: {len(result['index'])} of the test split's {len(test_set.names)} videos "
+                               "were predicted")
+        cues = test_set.cues
         metrics = set_metrics(result["probs"], result["labels"], cues)
+        # ``predicted`` follows the split's records: their file names' digest lets a reader
+        # match every digit to its video (and its label and cue, from the name and cues.json).
+        metrics["order_sha256"] = hashlib.sha256("\n".join(test_set.names).encode()).hexdigest()
         details["sets"][name] = metrics
         column = "calibration" if name.startswith("calibrate") else name
-        for key in ("top1", "conflict_top1", "cue_follow"):
+        for key in ("top1", "conflict_top1", "cue_follow", "distractor_confusion"):
             row[f"{column}_{key}"] = metrics[key]
-        if again:
+        if name == "shifted" and has_negative_branch(net):
             with negative_branch_off(net):
-                off = predict(net, datamodule.test_dataloader())
-            row["shifted_top1_negative_off"] = float((off["probs"].argmax(1) == off["labels"]).double().mean())
+                off = predict(net, test_set.batches)
+            metrics_off = set_metrics(off["probs"], off["labels"], cues)
+            details["sets"][f"{name}_negative_off"] = metrics_off
+            row["shifted_top1_negative_off"] = metrics_off["top1"]
+            row["shifted_distractor_confusion_negative_off"] = metrics_off["distractor_confusion"]
     if "shifted" in layout.sets_of(cell):
         videos = QUICK["map_videos"] if layout.quick else int(layout.plan["map_videos"])
-        datamodule = _datamodule(saved, layout.set_args("shifted"), with_masks=True, test_subset=videos)
-        found = measure_mechanism(net, datamodule.test_dataloader())
+        found = measure_mechanism(net, _test_set(saved, layout.set_args("shifted"), with_masks=True,
+                                                 test_subset=videos).batches)
         details["mechanism"] = _listed({k: v for k, v in found.items() if k not in ("probs", "labels")})
         row.update(mechanism_summary(found))
     return {"row": row, "details": details}

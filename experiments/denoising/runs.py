@@ -21,16 +21,17 @@ __all__ = ["Layout", "fit_command", "run_cell", "render_data", "cell_record"]
 class Layout:
     """Where an experiment's data and runs live under ``out``."""
 
-    def __init__(self, out: Path, plan: dict, quick: bool) -> None:
+    def __init__(self, out: Path, plan: dict, quick: bool, test_data: Path | None = None) -> None:
         self.out, self.plan, self.quick = out, plan, quick
         self.runs = out / "runs"
         self.data = out / "data"
+        self.test_data = test_data  # the held-out sets' folder when not ``data`` (a second render's runs)
 
     def train_root(self, task: str) -> Path:
         return self.data / task
 
     def test_root(self, name: str) -> Path:
-        return self.data / f"test_{name}"
+        return (self.test_data or self.data) / f"test_{name}"
 
     def set_args(self, name: str) -> dict:
         """SyntheticDistractors arguments whose test split is the held-out set ``name`` (or,
@@ -69,7 +70,7 @@ def fit_command(cell: Cell, layout: Layout) -> list[str]:
         sys.executable, "cli.py", "fit", "--config", str(CONFIG.relative_to(REPO)),
         "--data.init_args.root", str(layout.train_root(cell.task)),
         "--data.init_args.data_seed", str(cell.seed), "--data.init_args.cache_decoded", "true",
-        "--model.network.attention", cell.variant, "--model.pair_seed", str(cell.seed),
+        "--model.network.attention", cell.variant, "--model.init.pair_seed", str(cell.seed),
         "--seed_everything", str(cell.seed),
         "--trainer.logger.init_args.save_dir", str(folder.parent.parent),
         "--trainer.logger.init_args.name", folder.parent.name, "--trainer.logger.init_args.version", "0",
@@ -85,11 +86,10 @@ def fit_command(cell: Cell, layout: Layout) -> list[str]:
         command += ["--model.init.source", str(final_checkpoint(cell.start.folder(layout.runs)))]
         if cell.dna_init != "-":
             command += ["--model.init.dna_init", cell.dna_init]
-    last = folder / "checkpoints" / "last.ckpt"
-    if last.is_file():
-        command += ["--ckpt_path", str(last)]  # an interrupted fit continues
-    elif folder.is_dir():
-        command += ["--overwrite", "true"]  # a fit that died before its first checkpoint starts over
+    if folder.is_dir():
+        # An interrupted fit starts over: continuing from its last.ckpt need not give the
+        # uninterrupted run's row (the loop's random state), and a fit takes minutes.
+        command += ["--overwrite", "true"]
     return command
 
 
@@ -154,7 +154,8 @@ def cell_record(cell: Cell, layout: Layout, command: list[str], code: Path) -> d
     return record
 
 
-def run_cell(cell: Cell, layout: Layout, code: Path, launcher: ForkedCli | None = None) -> str | None:
+def run_cell(cell: Cell, layout: Layout, code: Path, launcher: ForkedCli | None = None,
+             fit_env: dict[str, str] | None = None) -> str | None:
     """Fit (unless finished) and measure ``cell``; None when done, else what failed. The fit runs
     its command as a process of its own, or through ``launcher`` (the same command forked from a
     process that imported the toolkit once)."""
@@ -163,6 +164,10 @@ def run_cell(cell: Cell, layout: Layout, code: Path, launcher: ForkedCli | None 
     folder = cell.folder(layout.runs)
     started = time.time()
     if not (folder / "fit.done").is_file():
+        if folder.is_dir():  # what an interrupted fit left (its log stays, appended to)
+            import shutil
+
+            shutil.rmtree(folder)
         folder.parent.mkdir(parents=True, exist_ok=True)
         command = fit_command(cell, layout)
         record = cell_record(cell, layout, command, code)
@@ -171,7 +176,8 @@ def run_cell(cell: Cell, layout: Layout, code: Path, launcher: ForkedCli | None 
             log.write(f"$ {record['command']}\n")
             log.flush()
             if launcher is None:
-                code_ = subprocess.run(command, cwd=code, env=single_thread_env(code), stdout=log,
+                env = single_thread_env(code) | (fit_env or {})  # fit_env: the sensitivity runs' changes
+                code_ = subprocess.run(command, cwd=code, env=env, stdout=log,
                                        stderr=subprocess.STDOUT).returncode
             else:
                 code_ = launcher.run(command, code, log_path)
@@ -180,6 +186,11 @@ def run_cell(cell: Cell, layout: Layout, code: Path, launcher: ForkedCli | None 
         record["fit_seconds"] = round(time.time() - started, 1)
         _write_json(folder / "provenance.json", record)
         (folder / "fit.done").write_text("")
+    provenance = json.loads((folder / "provenance.json").read_text())
+    commit = tree_state(code).commit
+    if provenance["commit"] != commit:  # a row holds one commit: the fit's and the measure's
+        return (f"fitted at {provenance['commit'][:12]} but measured now at {commit[:12]}: continue with "
+                f"`--at {provenance['commit'][:12]}`, or remove {folder.parent} to run it again here")
     try:
         result = measure(cell, layout)
     except Exception as exc:  # noqa: BLE001 - reported with the cell; the other cells go on
@@ -187,8 +198,8 @@ def run_cell(cell: Cell, layout: Layout, code: Path, launcher: ForkedCli | None 
 
         traceback.print_exc()
         return f"measuring failed: {type(exc).__name__}: {exc}"
-    provenance = json.loads((folder / "provenance.json").read_text())
     result["row"].update(commit=provenance["commit"] + ("+dirty" if provenance["dirty"] else ""),
+                         cpu=provenance["cpu"], cpu_capability=provenance["cpu_capability"],
                          threads=provenance["torch_threads"], fit_seconds=provenance["fit_seconds"])
     result["provenance"] = provenance
     _write_json(folder / "cell.json", result)
