@@ -151,9 +151,6 @@ def test_every_pip_command_installs_into_the_readme_environment():
 # .venv), never a bare ``python``, which without an activated environment is another Python
 # (or none). ``python3.11 -m venv .venv`` makes the environment; a ```python fence is no command.
 _BARE_PYTHON = re.compile(r"(?<![\w./-])python3?(?:\.\d+)?(?= |$)")
-# Edited on other branches at the time of this test (the denoising and full-size work): their
-# lines follow the rule when those branches are merged (review finding 6).
-ELSEWHERE = {"docs/datasets.md", "docs/denoising.md", "docs/reliability.md"}
 
 
 def test_no_command_in_the_readme_or_docs_runs_a_bare_python():
@@ -163,10 +160,8 @@ def test_no_command_in_the_readme_or_docs_runs_a_bare_python():
     bare = []
     for path in USER_DOCS:
         name = str(path.relative_to(REPO))
-        if name in ELSEWHERE:
-            continue
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if line.startswith("```") or (name == "README.md" and "experiments.denoising" in line):
+            if line.startswith("```"):
                 continue
             for match in _BARE_PYTHON.finditer(line):
                 if not line[match.end():].startswith(" -m venv .venv"):

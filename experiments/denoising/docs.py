@@ -42,7 +42,7 @@ def sections(rows: list[dict], plan: dict, sensitivity_csv: Path = RESULTS / "de
         shown = sensitivity_csv.relative_to(REPO).as_posix() if sensitivity_csv.is_relative_to(REPO) else sensitivity_csv
         out["docs/denoising.md"]["denoising sensitivity"] = (
             f"Not measured yet on this grid's machine: no `{shown}` is "
-            "committed (`python -m experiments.denoising --sensitivity scratch/dna/seed0` writes it and this table).")
+            "committed (`.venv/bin/python -m experiments.denoising --sensitivity scratch/dna/seed0` writes it and this table).")
     return out
 
 
