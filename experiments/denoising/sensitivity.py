@@ -135,7 +135,7 @@ def table(rows: list[dict], cell: str | None = None) -> str:
     head = ("One cell" + (f" (`{cell}`)" if cell else "") + " fitted again under one change at a time (the fit only; "
             "measured as the grid measures), from the commit "
             + ", ".join(sorted({r["commit"][:12] for r in rows})) + " on " + ", ".join(sorted({r["cpu"] for r in rows}))
-            + " (`python -m experiments.denoising --sensitivity`; record: `experiments/results/denoising_sensitivity.csv`).")
+            + " (`.venv/bin/python -m experiments.denoising --sensitivity`; record: `experiments/results/denoising_sensitivity.csv`).")
     lines = [head, "", "| change (1 thread unless said) | kernel path, threads in the fit | in-dist. top-1 | shifted "
              "top-1 | shifted confusion | weights equal to the first run's |", "|---|---|---:|---:|---:|---|"]
     for r in rows:
