@@ -125,11 +125,16 @@ def main(argv: list[str] | None = None) -> int:
     confirm_pairs = len({r["seed"] for r in arms.get(("confirm", "softmax"), [])} &
                         {r["seed"] for r in arms.get(("confirm", plan["variant"]), [])})
     pending = confirm_pairs < planned
+    shares: dict[str, list[float]] = {"cue": [], "even cue": [], "distractor": []}  # the verdict's spans
     for key, members in arms.items():
         true, cue, distractor = (mean_of(members, k) for k in ("shifted_top1", "shifted_cue_follow",
                                                                "shifted_distractor_confusion"))
         if distractor is None:
             continue
+        if not (key[0] == "confirm" and pending):
+            shares["cue"].append(cue)
+            shares["even cue"].append((1 - true) / 4)
+            shares["distractor"].append(distractor)
         cells = printed.get(key)
         if key[0] == "confirm" and pending:  # no interim look: shown once every planned pair is in
             if cells is not None:
@@ -232,6 +237,16 @@ def main(argv: list[str] | None = None) -> int:
     # (before, that it says none is tested).
     verdict = " ".join((REPO / "README.md").read_text().split("<!-- denoising verdict -->")[1]
                        .split("<!-- end denoising verdict -->")[0].split())
+    spans = re.search(r"\((\d+) arms\): the cue's label ([\d.]+)-([\d.]+)% of the videos, where errors spread evenly "
+                      r"over the wrong labels give ([\d.]+)-([\d.]+)% .*? the distractor's own motion class "
+                      r"([\d.]+)-([\d.]+)%", verdict)
+    if spans is None:
+        wrong.append("README verdict: no spans of the cue's and the distractor's shares over the arms")
+    else:
+        check("verdict arms", spans.group(1), len(shares["cue"]), 0, 1)
+        for (name, values), (low, high) in zip(shares.items(), ((2, 3), (4, 5), (6, 7))):
+            check(f"verdict {name} lowest", spans.group(low), min(values))
+            check(f"verdict {name} highest", spans.group(high), max(values))
     if pending:
         if f"has {confirm_pairs} of its {planned} planned pairs: no test is made" not in verdict:
             wrong.append(f"README verdict: does not say the confirmatory question has {confirm_pairs} of {planned} pairs")
