@@ -40,8 +40,8 @@ def indices(batches):
     return [int(i) for batch in batches for i in batch]
 
 
-def loader(n=23, batch=3, data_seed=None, replicas=1, rank=0, workers=0):
-    sampler = EpochSampler(Items(n), data_seed, num_replicas=replicas, rank=rank, seed=5)
+def loader(n=23, batch=3, data_seed=None, replicas=1, rank=0, workers=0, seed=5):
+    sampler = EpochSampler(Items(n), data_seed, num_replicas=replicas, rank=rank, seed=seed)
     return ResumableDataLoader(Items(n), batch_size=batch, sampler=sampler, drop_last=True, num_workers=workers)
 
 
@@ -120,6 +120,28 @@ def test_every_process_resumes_its_own_share():
         cut.sampler.set_epoch(2)
         assert indices(cut) == full[rank][4:]
     assert sorted(set(i for share in full for i in share)) == list(range(30))  # each video in one share
+    # the resumed run's seed differs (seed_everything: true draws a new one): the saved order goes on
+    for rank in range(3):
+        killed = loader(n=30, batch=2, replicas=3, rank=rank)
+        killed.sampler.set_epoch(2)
+        head = list(zip(range(2), killed))
+        reseeded = loader(n=30, batch=2, replicas=3, rank=rank, seed=6)
+        reseeded.load_state_dict(killed.state_dict())
+        reseeded.sampler.set_epoch(2)
+        assert indices(batch for _, batch in head) + indices(reseeded) == full[rank]
+
+
+def test_a_checkpoint_before_the_resumed_runs_first_batch_keeps_the_place():
+    """Lightning may save (SIGTERM under DDP) after the state is loaded and before the first batch."""
+    first = loader(data_seed=7)
+    first.sampler.set_epoch(1)
+    list(zip(range(4), first))
+    state = first.state_dict()
+    resumed = loader(data_seed=7)
+    resumed.load_state_dict(state)
+    resumed.sampler.set_epoch(1)
+    iter(resumed)
+    assert resumed.state_dict() == state and state["batches"] == 4
 
 
 def test_a_changed_setting_stops_a_resume_inside_an_epoch_and_not_one_at_its_end():
@@ -139,6 +161,10 @@ def test_a_changed_setting_stops_a_resume_inside_an_epoch_and_not_one_at_its_end
     finished.load_state_dict({**state, "batches": 7})
     finished.sampler.set_epoch(1)
     assert len(indices(finished)) == 20
+    ended = loader(data_seed=2)  # saved at the end of epoch 0 (7 of 7 batches), resumed in it: nothing left
+    ended.load_state_dict({**state, "batches": 7})
+    ended.sampler.set_epoch(0)
+    assert indices(ended) == []
 
 
 class RecordBatches(Callback):

@@ -90,12 +90,10 @@ class EpochSampler(DistributedSampler):
         n = len(self.dataset)
         if self.data_seed is not None:
             return epoch_order(self.data_seed, self.epoch, n).tolist()
-        if self.num_replicas > 1:
-            generator = torch.Generator()
-            generator.manual_seed(self.seed + self.epoch)
-            return torch.randperm(n, generator=generator).tolist()
-        if epoch_seed is None:  # drawn as RandomSampler draws it
-            epoch_seed = int(torch.empty((), dtype=torch.int64).random_().item())
+        if epoch_seed is None:  # a new epoch, not a resumed one
+            # several processes: as Lightning's DistributedSampler; one: as RandomSampler draws it
+            epoch_seed = (self.seed + self.epoch if self.num_replicas > 1
+                          else int(torch.empty((), dtype=torch.int64).random_().item()))
         self.epoch_seed = epoch_seed
         generator = torch.Generator()
         generator.manual_seed(epoch_seed)
@@ -162,7 +160,11 @@ class ResumableDataLoader(DataLoader):
 
     def state_dict(self) -> dict[str, Any]:
         """Where the epoch is: its number, the batches handed over, the seed of its order and
-        the settings that decide the order (plus the workers, for the log)."""
+        the settings that decide the order (plus the workers, for the log). A state loaded and
+        not yet taken up (a checkpoint written before the resumed run's first batch, e.g. on
+        SIGTERM) is still where the epoch is: it is returned as loaded."""
+        if self._pending is not None:
+            return dict(self._pending)
         sampler: EpochSampler = self.sampler
         return {"epoch": sampler.epoch, "batches": self._batches, "epoch_seed": sampler.epoch_seed,
                 "num_workers": self.num_workers, **self._settings()}
