@@ -178,3 +178,37 @@ def test_a_config_that_is_not_yaml_is_one_line_with_its_line_and_column(text, wh
         with pytest.raises(SystemExit) as stop:
             console_main(["fit", "--config", QUICKSTART, *args])
         assert stop.value.code == f"error: {args[-1].partition('=')[2] or args[-1]}:{where}: not valid YAML: {problem}"
+
+
+def test_a_datamodule_that_fixes_only_the_class_count_leaves_frames_and_size_to_the_model(tmp_path, monkeypatch):
+    """(review of issue 36) Every DATA_FIXED name is linked; where the data fixes none, the model
+    keeps its own value (its default, or the one stated), not None."""
+    import lightning
+    import sys
+    import types
+
+    module = types.ModuleType("only_classes_dm")
+
+    class OnlyClassesDM(lightning.LightningDataModule):
+        def __init__(self, classes: int = 3):
+            super().__init__()
+            self.num_classes = classes
+
+    module.OnlyClassesDM = OnlyClassesDM
+    monkeypatch.setitem(sys.modules, "only_classes_dm", module)
+    common = ["--data", "only_classes_dm.OnlyClassesDM", "--data.classes=4", "--model.network.arch=tiny",
+              "--trainer.logger=false"]
+    built = main(common, run=False).model
+    assert (built.hparams.num_classes, built.hparams.num_frames, built.hparams.img_size) == (4, 8, 224)
+    assert tuple(built.net.time_embed.shape)[1] == 8
+    stated = main([*common, "--model.num_frames=4", "--model.img_size=32"], run=False).model
+    assert (stated.hparams.num_frames, stated.hparams.img_size) == (4, 32)
+    assert tuple(stated.net.time_embed.shape)[1] == 4
+
+
+def test_a_clash_with_the_data_is_refused_from_python_without_a_subcommand(tmp_path):
+    """(review of issue 36) ``main(..., run=False)``, the notebooks' way, parses no subcommand:
+    the clash is refused there too, not replaced by the data's value."""
+    with pytest.raises(ValueError, match="model.num_frames is 16 on the command line, but the data fixes it"):
+        main(["--config", QUICKSTART, f"--data.init_args.root={tmp_path}", "--model.num_frames=16",
+              "--trainer.logger=false"], run=False)

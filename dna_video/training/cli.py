@@ -91,11 +91,15 @@ def model_inputs(data_class: type) -> dict[str, str]:
     return inputs
 
 
-def _data_value(name: str, data: Any) -> Any:
+def _data_value(name: str, cli: "DnACLI", data: Any) -> Any:
     """The value the built DataModule ``data`` gives the model argument ``name`` (the links'
-    compute function); None when it fixes none (the link then sets nothing a model takes)."""
+    compute function); where it fixes none, the model's own value in the config (its default,
+    or what the config or a checkpoint states), which the link then leaves as it is."""
     attribute = model_inputs(type(data)).get(name)
-    return None if attribute is None else getattr(data, attribute)
+    if attribute is not None:
+        return getattr(data, attribute)
+    config = cli.config[cli.config.subcommand] if cli.config.get("subcommand") else cli.config
+    return (config.model.get("init_args") or {}).get(name)
 
 
 # What every run does unless its config says otherwise; the recipe's 15 epochs among them.
@@ -111,7 +115,7 @@ class DnACLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         for name in DATA_FIXED:
             # Skipped by LightningCLI where the model takes no such argument (the image task has no frames).
-            parser.link_arguments("data", f"model.init_args.{name}", compute_fn=partial(_data_value, name),
+            parser.link_arguments("data", f"model.init_args.{name}", compute_fn=partial(_data_value, name, self),
                                   apply_on="instantiate")
         parser.set_defaults({"model": {"class_path": self.default_model}})
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
@@ -172,12 +176,12 @@ class DnACLI(LightningCLI):
         # Before the model options are replaced by the checkpoint's: `last` found by run
         # identity, the file checked, differing options reported (dna_video.training.runs).
         subcommand = self.config.get("subcommand")
-        if not subcommand:
-            return
-        config = self.config[subcommand]
+        config = self.config[subcommand] if subcommand else self.config
         sources = option_sources(self.given_args)
         known = _known_inputs(config)
-        _refuse_stated_inputs(config, known, sources)
+        _refuse_stated_inputs(config, known, sources)  # also without a subcommand (run=False, from Python)
+        if not subcommand:
+            return
         # The others (the class count) are the built DataModule's: compared once it is built.
         model = config.model.get("init_args") or {}
         self.stated_inputs = {name: (model[name], sources[f"model.{name}"]) for name in DATA_FIXED
