@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from dna_video.common.defaults import NUM_FRAMES
+from dna_video.common.defaults import IMG_SIZE, NUM_FRAMES
 from dna_video.data.sampling import FrameSampler
 from dna_video.data.video import VideoFrames, check_frame_size, frame_size, read_frames
 
@@ -24,7 +24,7 @@ class EvalSettings:
     target_fps: float | None = 30.0
     sampling: str = "clip"
     short_video: str = "clamp"
-    crop_size: int = 224
+    crop_size: int = IMG_SIZE
     mean: tuple[float, ...] = (0.45, 0.45, 0.45)
     std: tuple[float, ...] = (0.225, 0.225, 0.225)
     num_clips: int = 1

@@ -18,6 +18,8 @@ from torchvision.datasets import ImageFolder
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms import v2
 
+from dna_video.common.defaults import IMG_SIZE
+
 log = logging.getLogger(__name__)
 
 __all__ = ["ImageFolderDataModule", "SyntheticImageFolder", "generate_synthetic_images", "SYNTHETIC_SHAPES"]
@@ -51,7 +53,7 @@ class ImageFolderDataModule(L.LightningDataModule):
     def __init__(
         self,
         root: str,
-        img_size: int = 224,
+        img_size: int = IMG_SIZE,
         batch_size: int = 128,
         num_workers: int = 8,
         rand_augment_magnitude: int = 9,

@@ -30,7 +30,7 @@ from timm.layers import DropPath, resample_abs_pos_embed, trunc_normal_
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from dna_video.common.defaults import NUM_FRAMES
+from dna_video.common.defaults import IMG_SIZE, NUM_FRAMES
 from dna_video.models.mlp import Mlp
 from dna_video.models.attention import DEFAULT_ATTENTION, Attention, attention_kinds, build_attention, kwargs_by_kind
 from dna_video.models.init import init_module
@@ -226,7 +226,7 @@ class TimeSformer(nn.Module):
     def __init__(
         self,
         num_classes: int,
-        img_size: int = 224,
+        img_size: int = IMG_SIZE,
         num_frames: int = NUM_FRAMES,
         patch_size: int = 16,
         in_chans: int = 3,

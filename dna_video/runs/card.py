@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from dna_video import __version__
-from dna_video.common.defaults import NUM_FRAMES
+from dna_video.common.defaults import IMG_SIZE, NUM_FRAMES
 from dna_video.runs.folders import run_folder
 from dna_video.runs.lineage import Origin, init_source, licence_lines, weights_history
 from dna_video.runs.summary import read_summary
@@ -78,7 +78,7 @@ def _build(task: str, hparams: dict[str, Any], weights: dict[str, torch.Tensor],
 
     spec = replace(TimeSformerSpec.of(hparams.get("network")), compile=False)
     num_classes = int(hparams["num_classes"])
-    backbone = spec.build(num_classes, int(hparams.get("num_frames", NUM_FRAMES)), int(hparams.get("img_size", 224)))
+    backbone = spec.build(num_classes, int(hparams.get("num_frames", NUM_FRAMES)), int(hparams.get("img_size", IMG_SIZE)))
     net: torch.nn.Module = backbone
     if task == "probe":
         backbone.reset_head(0)  # the probe has its own head

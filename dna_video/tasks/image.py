@@ -17,6 +17,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from dna_video.checkpoints import load_image_checkpoint
+from dna_video.common.defaults import IMG_SIZE
 from dna_video.models.attention import DEFAULT_ATTENTION, negative_branch_weights
 from dna_video.models.vit import vision_transformer
 from dna_video.tasks.base import TaskModule
@@ -56,7 +57,7 @@ class ImageClassifier(TaskModule):
     def __init__(
         self,
         num_classes: int,
-        img_size: int = 224,
+        img_size: int = IMG_SIZE,
         arch: str = "vit_base_patch16_224",
         attention: str = DEFAULT_ATTENTION,
         attention_kwargs: dict[str, Any] | None = None,

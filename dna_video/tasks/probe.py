@@ -18,7 +18,7 @@ import torch
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 
 from dna_video.checkpoints import CheckpointError, PretrainedWeights, load_weights
-from dna_video.common.defaults import NUM_FRAMES
+from dna_video.common.defaults import IMG_SIZE, NUM_FRAMES
 from dna_video.models.attention import DEFAULT_ATTENTION
 from dna_video.models.probe import ProbeClassifier
 from dna_video.models.timesformer import TimeSformerSpec
@@ -86,7 +86,7 @@ class ProbeClassifierModule(VideoClassifier):
         self,
         num_classes: int,
         num_frames: int = NUM_FRAMES,
-        img_size: int = 224,
+        img_size: int = IMG_SIZE,
         network: TimeSformerSpec = TimeSformerSpec(),
         init: PretrainedWeights = PretrainedWeights(),
         probe: ProbeOptions = ProbeOptions(),

@@ -24,7 +24,7 @@ from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from dna_video.checkpoints import LoadReport, PretrainedWeights, load_weights
-from dna_video.common.defaults import NUM_FRAMES
+from dna_video.common.defaults import IMG_SIZE, NUM_FRAMES
 from dna_video.models.attention import negative_branch_weights
 from dna_video.models.timesformer import TimeSformerSpec
 from dna_video.tasks.base import TaskModule
@@ -121,7 +121,7 @@ class VideoClassifier(TaskModule):
         self,
         num_classes: int,
         num_frames: int = NUM_FRAMES,
-        img_size: int = 224,
+        img_size: int = IMG_SIZE,
         network: TimeSformerSpec = TimeSformerSpec(),  # defaults: read, never changed
         init: PretrainedWeights = PretrainedWeights(),
         freeze_backbone: bool = False,
