@@ -5,6 +5,7 @@ maps`, the denoising measures (negative-branch mass and switch-off), a timm ViT,
 benchmark's variant rows."""
 
 import csv
+import os
 import sys
 from pathlib import Path
 
@@ -354,3 +355,16 @@ def test_a_py_file_named_like_another_module_does_not_replace_it(stem, tmp_path,
     mine = sys.modules.pop(f"dna_video_import_{stem}")
     assert mine.RAN and Path(mine.__file__) == path
     assert f"--import {path}: imported as dna_video_import_{stem}" in caplog.text
+
+
+def test_import_finds_a_module_in_the_current_folder_in_a_real_process(tmp_path):
+    """(review of issue 36) The installed command's ``sys.path`` holds no current folder:
+    ``--import MODULE`` looks there too, after the installed packages (docs/variants.md)."""
+    import subprocess
+
+    (tmp_path / "my_kinds_here.py").write_text("print('my_kinds_here ran')\n")
+    done = subprocess.run([sys.executable, "-m", "dna_video", "--import", "my_kinds_here", "configs"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONSAFEPATH": "1"})  # -m would put the folder first
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "my_kinds_here ran"
