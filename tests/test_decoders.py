@@ -9,6 +9,7 @@ frame. H.264 at crf 18 and MPEG-4 at 4 bits per pixel keep every block readable.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import types
@@ -148,7 +149,7 @@ def test_a_decoder_that_cannot_run_stops_with_what_to_do(monkeypatch, videos):
     monkeypatch.setitem(sys.modules, "torchcodec", None)  # as where it is not installed
     monkeypatch.setattr(decoders, "_PROBLEMS", {})
     with pytest.raises(DecoderUnavailableError, match=r"decoder 'torchcodec': torchcodec is not installed .*"
-                                                      r"pip install \"dna-video\[torchcodec\]\""):
+                                                      + re.escape(f"{sys.executable} -m pip install -c constraints.txt -e '.[torchcodec]'")):
         resolve_decoder("torchcodec")
     with pytest.raises(ValueError, match="decoder 'opencv': choose one of decord, pyav, torchcodec"):
         resolve_decoder("opencv")

@@ -137,7 +137,7 @@ def test_missing_quantisation_tools_stop_before_the_export(monkeypatch, tmp_path
     assert main(["onnx", str(tmp_path / "missing.ckpt"), str(out), "--int8"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: int8 quantisation needs") and "\n" not in err
-    assert "onnxruntime.quantization" in err and "pip install 'dna-video[deploy]'" in err
+    assert "onnxruntime.quantization" in err and f"{sys.executable} -m pip install -c constraints.txt -e '.[deploy]'" in err
     assert not list(tmp_path.iterdir())
 
 

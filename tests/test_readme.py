@@ -167,3 +167,21 @@ def test_no_command_in_the_readme_or_docs_runs_a_bare_python():
                 if not line[match.end():].startswith(" -m venv .venv"):
                     bare.append(f"{name}:{number}: {line.strip()}")
     assert not bare, "bare python commands (write .venv/bin/python):\n" + "\n".join(bare)
+
+
+def test_no_message_of_the_package_tells_a_bare_pip_to_install():
+    """(review of issue 39 point 9) An error saying what to install names this Python's pip
+    (``dna_video.common.install``), as the README's commands name ``.venv/bin/pip``: a bare
+    ``pip`` may install into another Python. Docstrings aside."""
+    import ast
+
+    bare = []
+    for path in sorted((REPO / "dna_video").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)}
+        bare += [f"{path.relative_to(REPO)}:{node.lineno}" for node in ast.walk(tree)
+                 if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                 and re.search(r"(?<![\w/.-])pip install", node.value)]
+    assert not bare, "a bare pip in a message (use dna_video.common.install):\n" + "\n".join(bare)

@@ -26,6 +26,8 @@ from typing import Literal, get_args
 
 import numpy as np
 
+from dna_video.common.install import install_extra
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -270,8 +272,8 @@ def _require_torchcodec() -> None:
         import torchcodec
     except ImportError as exc:
         raise DecoderUnavailableError(
-            f"decoder 'torchcodec': torchcodec is not installed ({exc}); pip install "
-            "\"dna-video[torchcodec]\" (it also needs FFmpeg's shared libraries, e.g. apt install ffmpeg), "
+            f"decoder 'torchcodec': torchcodec is not installed ({exc}); {install_extra('torchcodec')} "
+            "(it also needs FFmpeg's shared libraries, e.g. apt install ffmpeg), "
             "or choose decord or pyav"
         ) from exc
     except Exception as exc:  # noqa: BLE001 - a build for another torch fails in many ways

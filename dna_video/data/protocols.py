@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from dna_video.common.install import pip_install
+
 __all__ = ["DATA_DIR", "Protocol", "data_file", "read_class_names", "load_split_file"]
 
 # A file every data folder holds: tells an installed copy's package data from the checkout's
@@ -45,7 +47,7 @@ def data_file(name: str | Path) -> Path:
         raise FileNotFoundError(
             f"data file {path} not found: dna-video reads its class lists and split definitions "
             f"from {DATA_DIR} (the package data of dna_video.resources, or data/ in a checkout); "
-            "reinstall the package (pip install .) or run from a complete checkout"
+            f"reinstall the package ({pip_install('.')} in the checkout) or run from a complete checkout"
         )
     return path
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import re
 
+from dna_video.common.install import install_extra
+
 __all__ = ["ExportError", "require_deploy", "failure_chain", "failure_reason", "plain_text"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -27,7 +29,7 @@ def require_deploy(*modules: str) -> None:
     missing = [name for name in modules if importlib.util.find_spec(name) is None]
     if missing:
         raise ImportError(
-            f"ONNX export needs {', '.join(missing)}: pip install 'dna-video[deploy]' (onnx, onnxscript, onnxruntime)"
+            f"ONNX export needs {', '.join(missing)}: {install_extra('deploy')} (onnx, onnxscript, onnxruntime)"
         )
 
 

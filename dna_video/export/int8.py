@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from dna_video.common.atomic import atomic_path
+from dna_video.common.install import install_extra
 from dna_video.export.errors import ExportError, failure_chain, failure_reason
 
 __all__ = ["INT8_SUFFIX", "int8_path", "require_quantization", "quantize_onnx"]
@@ -34,7 +35,7 @@ def require_quantization() -> None:
     except ImportError as exc:
         missing = exc.name or "onnxruntime.quantization"
         raise ImportError(f"int8 quantisation needs ONNX Runtime's quantisation tools (onnxruntime.quantization; "
-                          f"{missing} does not import): pip install 'dna-video[deploy]'") from None
+                          f"{missing} does not import): {install_extra('deploy')}") from None
 
 
 def quantize_onnx(source: str | Path, path: str | Path | None = None) -> Path:

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from dna_video.common.install import install_extra, pip_install
 from dna_video.data.eval_settings import EvalSettings
 from dna_video.prediction.backend import Backend
 from dna_video.prediction.pipeline import Predictions, predict_videos
@@ -61,7 +62,7 @@ def providers_for(device: str | None, available: Sequence[str]) -> tuple[list[st
         raise OnnxModelError(f"--device {device}: an .onnx model runs on cpu, cuda or cuda:N")
     if "CUDAExecutionProvider" not in available:
         raise OnnxModelError(f"--device {device}: this ONNX Runtime has no CUDA provider (it has "
-                             f"{', '.join(available)}): pip install onnxruntime-gpu, or leave --device out")
+                             f"{', '.join(available)}): {pip_install('onnxruntime-gpu')}, or leave --device out")
     return ["CUDAExecutionProvider", "CPUExecutionProvider"], {"device_id": int(number or 0)}
 
 
@@ -143,7 +144,7 @@ def load_onnx_model(path: str | Path, device: str | None = None, threads: int | 
     try:
         import onnxruntime as ort
     except ImportError as exc:
-        raise ImportError("running an .onnx model needs ONNX Runtime: pip install 'dna-video[deploy]'") from exc
+        raise ImportError(f"running an .onnx model needs ONNX Runtime: {install_extra('deploy')}") from exc
     providers, cuda_options = providers_for(device, ort.get_available_providers())
     options = session_options(threads)
     provider_options = [cuda_options if p == "CUDAExecutionProvider" else {} for p in providers]
