@@ -328,3 +328,7 @@ def test_the_pytorch_predict_hands_an_onnx_model_to_the_runtime(onnx_model, clas
     out = tmp_path / "p.json"
     assert main([str(onnx_model), str(class_videos), "--out", str(out)]) == 0
     assert json.loads(out.read_text())["runtime"] == "onnxruntime"
+    upper = tmp_path / "TINY.ONNX"  # (review of issue 36) the suffix in capitals, as Windows users write it
+    upper.write_bytes(onnx_model.read_bytes())
+    assert main([str(upper), str(class_videos), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["runtime"] == "onnxruntime"

@@ -171,6 +171,14 @@ def test_settings_of_an_older_checkpoint_come_from_its_run_config_else_defaults(
     model = load_model(older)
     assert model.settings_from == str(run / "config.yaml")
     assert model.settings == load_model(ckpt).settings.replace(num_crops=1)
+    # (review of issue 36) kept outside a run (~/models/x.ckpt), a config.yaml two folders up is
+    # somebody else's (~/config.yaml): not read
+    home = tmp_path / "home"
+    (home / "models").mkdir(parents=True)
+    (home / "config.yaml").write_text((run / "config.yaml").read_text())
+    elsewhere = home / "models" / "x.ckpt"
+    torch.save(state, elsewhere)
+    assert load_model(elsewhere).settings_from == "defaults"
 
 
 def test_subspaces_of_a_reference_layout_checkpoint(tiny_checkpoint, tmp_path):

@@ -50,7 +50,7 @@ def test_fit_and_test_write_a_summary_of_the_run(synthetic_root, tmp_path):
             f"| {100 * metrics['test/mca']:.2f} |") in card
     assert f"Best validation val/top1: {100 * fit['best_score']:.2f}%" in card
     assert ", ".join(SYNTHETIC_CLASSES) in card
-    assert "python cli.py fit --config config.yaml" in card and "class_path: dna_video.data.SyntheticSmarthome" in card
+    assert "dna-video fit --config config.yaml" in card and "class_path: dna_video.data.SyntheticSmarthome" in card
     # The recipe is the run's (config.yaml: the quickstart's AdamW and cosine schedule), no placeholder link.
     assert "Optimiser `AdamW(lr=0.001, betas=[0.9, 0.999], eps=1e-08, weight_decay=0.05" in card
     assert "schedule `CosineAnnealingLR(T_max=16, eta_min=0.0, last_epoch=-1)`" in card

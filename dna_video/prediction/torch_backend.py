@@ -53,6 +53,7 @@ from dna_video.models.attention import kind_of
 from dna_video.models.timesformer import TimeSformer
 from dna_video.prediction.backend import Backend
 from dna_video.prediction.views import VideoViews, load_views, read_views
+from dna_video.runs.folders import evaluation_folder
 from dna_video.tasks.views import mean_view_probs
 
 log = logging.getLogger(__name__)
@@ -243,7 +244,8 @@ def load_model(path: str | Path, num_heads: int | None = None, warn_defaults: bo
         if lightning.get("datamodule_hyper_parameters"):
             settings = _settings_from_arguments(dict(lightning["datamodule_hyper_parameters"]))
             settings_from = "the checkpoint"
-        elif (config := path.parent.parent / "config.yaml").is_file() and (found := _settings_from_config(config)):
+        elif ((run := evaluation_folder(path)) is not None and (config := run / "config.yaml").is_file()
+              and (found := _settings_from_config(config))):  # only a run's own config, not any parent's
             settings, settings_from = found, str(config)
         else:
             settings = EvalSettings(num_frames=net.num_frames, crop_size=net.img_size)

@@ -11,7 +11,7 @@ import (a model card imports torch when it builds the network).
 
 What needs Lightning (atomic checkpoint files, the logger of a run, the checks before a command
 writes) is :mod:`dna_video.training.runs`. In 0.1 ``dna_video.runs`` was that module: its names
-that live there now still resolve here for one release, with a DeprecationWarning.
+that live there now still resolve here until 0.4, with a DeprecationWarning.
 """
 
 from __future__ import annotations

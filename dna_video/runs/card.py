@@ -358,7 +358,7 @@ def _results_section(f: _Facts) -> list[str]:
     elif f.summary:
         checkpoint = f.checkpoint
         tested = f"checkpoints/{checkpoint.name}" if checkpoint.parent.name == "checkpoints" else checkpoint.name
-        lines.append(f"Not tested yet: `python cli.py test --config config.yaml --ckpt_path {tested}`.")
+        lines.append(f"Not tested yet: `dna-video test --config config.yaml --ckpt_path {tested}`.")
     else:
         lines.append(f"No summary.json beside the checkpoint (in {f.run}): no results are known here.")
     clips = fit.get("throughput", {}).get("perf/epoch_train_clips_per_s")
@@ -374,7 +374,7 @@ def _reproduce_section(f: _Facts) -> list[str]:
     return [
         "## Reproduce", "",
         "With dna-video installed and the dataset at the same root (or `--data.init_args.root`):",
-        "", "```bash", "python cli.py fit --config config.yaml", "```", "",
+        "", "```bash", "dna-video fit --config config.yaml", "```", "",
         "`config.yaml` (the run's resolved configuration):", "", "```yaml",
         yaml.safe_dump(f.config, sort_keys=False).rstrip(), "```",
     ]

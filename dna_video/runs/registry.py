@@ -19,6 +19,7 @@ from typing import Any
 __all__ = [
     "REGISTRY",
     "FOLDER_LOGGERS",
+    "NAME_ARGUMENT",
     "RestoreError",
     "Experiment",
     "RunRecord",

@@ -275,7 +275,7 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise SystemExit(f"--out {args.out}: use a .csv or .json file")
     if args.features and Path(args.features).suffix not in (".npy", ".pt"):
         raise SystemExit(f"--features {args.features}: use a .npy or .pt file")
-    if args.checkpoint.endswith(".onnx"):
+    if Path(args.checkpoint).suffix.lower() == ".onnx":
         for option, value in (("--features", args.features), ("--num-heads", args.num_heads),
                               ("--annotate-attention", args.annotate_attention)):
             if value:
@@ -285,7 +285,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 def load_backend(args: argparse.Namespace) -> Backend:
     """The model of ``args.checkpoint``: an ``.onnx`` file on ONNX Runtime (no torch imported),
     else a checkpoint's PyTorch network (torch imported here)."""
-    if args.checkpoint.endswith(".onnx"):
+    if Path(args.checkpoint).suffix.lower() == ".onnx":
         from dna_video.prediction.onnx_backend import load_onnx_model
 
         return load_onnx_model(args.checkpoint, args.device, **settings_overrides(args))
