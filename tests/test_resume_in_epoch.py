@@ -18,6 +18,7 @@ from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DistributedSampler, RandomSampler
 
 from dna_video.data.resume import EpochSampler, ResumableDataLoader, ResumeMismatchError
+from dna_video.data.records import RecordTable
 from dna_video.data.seeding import SeededItem, SeededSampler
 from run_helpers import short_run_args
 from test_reliability import console, restore_determinism  # noqa: F401  (a fixture)
@@ -34,6 +35,14 @@ class Items(torch.utils.data.Dataset):
 
     def __getitem__(self, item):
         return item.index if isinstance(item, SeededItem) else item
+
+
+class Split(Items):
+    """Items with a split's RecordTable, as a VideoClipDataset has."""
+
+    def __init__(self, paths, labels=None):
+        super().__init__(len(paths))
+        self.records = RecordTable(paths, labels or [0] * len(paths))
 
 
 def indices(batches):
@@ -157,6 +166,18 @@ def test_a_changed_setting_stops_a_resume_inside_an_epoch_and_not_one_at_its_end
         with pytest.raises(ResumeMismatchError, match="middle of epoch 0, after 2 batches") as error:
             next(iter(changed))
         assert what in str(error.value)
+    # (review of issue 38) the same number of videos, another file in the split: refused too
+    for changed, what in ((Split(["a/v0.mp4", "a/v1.mp4", "a/v9.mp4"]), "the training split's file names"),
+                          (Split(["a/v0.mp4", "a/v1.mp4", "a/v2.mp4"], labels=[1, 1, 0]), "the training split's")):
+        killed, resumed = (ResumableDataLoader(split, batch_size=1, sampler=EpochSampler(split, 1))
+                           for split in (Split(["a/v0.mp4", "a/v1.mp4", "a/v2.mp4"]), changed))
+        resumed.load_state_dict({**killed.state_dict(), "batches": 1})
+        with pytest.raises(ResumeMismatchError, match=what):
+            next(iter(resumed))
+    elsewhere = Split(["/mnt/b/v0.mp4", "/mnt/b/v1.mp4", "/mnt/b/v2.mp4"])  # the same files under another root
+    moved = ResumableDataLoader(elsewhere, batch_size=1, sampler=EpochSampler(elsewhere, 1))
+    moved.load_state_dict({**killed.state_dict(), "batches": 1})
+    assert len(list(moved)) == 2  # goes on with the 2 videos left
     finished = loader(batch=4, data_seed=1)  # the saved epoch's end: the next epoch starts as usual
     finished.load_state_dict({**state, "batches": 7})
     finished.sampler.set_epoch(1)

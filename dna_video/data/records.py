@@ -16,6 +16,7 @@ entry) and :func:`missing_files` checks a split's paths against one listing per 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -46,7 +47,7 @@ class RecordTable(Sequence):
         labels: their class indices, the same length.
     """
 
-    __slots__ = ("_blob", "_offsets", "labels")
+    __slots__ = ("_blob", "_offsets", "_digest", "labels")
 
     def __init__(self, paths: Iterable[str | os.PathLike], labels: Iterable[int] | np.ndarray) -> None:
         encoded = [os.fspath(p).encode(_ENCODING, _ERRORS) for p in paths]
@@ -56,6 +57,7 @@ class RecordTable(Sequence):
         self._offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(p) for p in encoded], out=self._offsets[1:])
         self._blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        self._digest: str | None = None
 
     @classmethod
     def of(cls, records: "RecordTable | Iterable[VideoRecord]") -> "RecordTable":
@@ -90,6 +92,14 @@ class RecordTable(Sequence):
         """Every path, in order (a new list)."""
         data, offsets = self._blob.tobytes(), self._offsets.tolist()
         return [data[a:b].decode(_ENCODING, _ERRORS) for a, b in zip(offsets[:-1], offsets[1:])]
+
+    def digest(self) -> str:
+        """A short fingerprint of the rows: file names (not folders, so a dataset moved to
+        another root keeps it) and labels, in order (12 hex digits of SHA-1)."""
+        if self._digest is None:
+            names = "\n".join(os.path.basename(p) for p in self.paths).encode(_ENCODING, _ERRORS)
+            self._digest = hashlib.sha1(names + self.labels.tobytes()).hexdigest()[:12]
+        return self._digest
 
     def take(self, indices: Sequence[int] | np.ndarray) -> "RecordTable":
         """The rows ``indices`` (in that order), or the rows where a boolean mask is true."""

@@ -18,9 +18,10 @@ this process's first ``batches x batch_size`` videos of the epoch it was saved i
   ``data_seed`` every video's random draws (clip, crop, flip) depend on (data_seed, epoch,
   video) alone, so the rest of the epoch is exactly the uninterrupted run's; without it the
   order is the same and the draws are new.
-* The number of processes, the batch size, the split's size and ``data_seed`` decide which
-  videos a process's next batch holds: resuming in the middle of an epoch with any of them
-  changed stops with an error saying what changed and what to do (no silent reshuffle).
+* The number of processes, the batch size, the split (its size, and its file names and
+  labels by a digest) and ``data_seed`` decide which videos a process's next batch holds:
+  resuming in the middle of an epoch with any of them changed stops with an error saying
+  what changed and what to do (no silent reshuffle).
   A checkpoint written at the end of an epoch resumes with any of them changed.
 
 The sampler draws the order when the loader hands over its first batch, after Lightning has
@@ -155,8 +156,10 @@ class ResumableDataLoader(DataLoader):
 
     def _settings(self) -> dict[str, Any]:
         sampler: EpochSampler = self.sampler
+        records = getattr(sampler.dataset, "records", None)  # a VideoClipDataset's RecordTable
         return {"num_replicas": sampler.num_replicas, "batch_size": self.batch_size,
-                "videos": len(sampler.dataset), "data_seed": sampler.data_seed}
+                "videos": len(sampler.dataset), "data_seed": sampler.data_seed,
+                "split": records.digest() if hasattr(records, "digest") else None}
 
     def state_dict(self) -> dict[str, Any]:
         """Where the epoch is: its number, the batches handed over, the seed of its order and
@@ -203,7 +206,8 @@ class ResumableDataLoader(DataLoader):
 
 
 _SETTING_NAMES = {"num_replicas": "processes", "batch_size": "data.init_args.batch_size",
-                  "videos": "training videos", "data_seed": "data.init_args.data_seed"}
+                  "videos": "training videos", "data_seed": "data.init_args.data_seed",
+                  "split": "the training split's file names and labels (digest)"}
 
 
 def default_seed() -> int:
