@@ -87,7 +87,8 @@ class PredictionWriter(BasePredictionWriter):
             # Each video is predicted once (the evaluation sampler does not pad): dataset order.
             rows = [row for share in shares for row in share]
             dataset = getattr(trainer.predict_dataloaders, "dataset", None)
-            order = {r.path: i for i, r in enumerate(getattr(dataset, "records", []))}
+            records = getattr(dataset, "records", None)  # a RecordTable's paths: no object per video
+            order = {p: i for i, p in enumerate(getattr(records, "paths", None) or [r.path for r in records or []])}
             rows.sort(key=lambda row: order.get(row[0], len(order)))
         if not rows:
             return
