@@ -131,9 +131,10 @@ def main(argv: list[str] | None = None) -> int:
                                                                "shifted_distractor_confusion"))
         if distractor is None:
             continue
+        even_cue = (1 - true) / 4  # the errors spread evenly over the four wrong labels
         if not (key[0] == "confirm" and pending):
             shares["cue"].append(cue)
-            shares["even cue"].append((1 - true) / 4)
+            shares["even cue"].append(even_cue)
             shares["distractor"].append(distractor)
         cells = printed.get(key)
         if key[0] == "confirm" and pending:  # no interim look: shown once every planned pair is in
@@ -150,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         check(f"{where} cue", cells[4], cue)
         check(f"{where} distractor", cells[5], distractor)
         check(f"{where} other", cells[6], 1 - true - cue - distractor)
-        even_cue, even_distractor = (c.strip() for c in cells[7].split("/"))
-        check(f"{where} even cue", even_cue, (1 - true) / 4)
+        printed_even_cue, even_distractor = (c.strip() for c in cells[7].split("/"))
+        check(f"{where} even cue", printed_even_cue, even_cue)
         if share_is_label is not None:
             check(f"{where} even distractor", even_distractor, (1 - true) * (1 - share_is_label) / 4)
         check(f"{where} in-dist. confusion", cells[8], mean_of(members, "in_distribution_distractor_confusion"))

@@ -21,10 +21,11 @@ import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-__all__ = ["VideoRecord", "RecordTable", "list_files", "missing_files", "sort_paths"]
+__all__ = ["VideoRecord", "RecordTable", "dataset_order", "list_files", "missing_files", "sort_paths"]
 
 # What os.fsencode / os.fsdecode use, applied directly (a call per path costs over 56,880 paths).
 _ENCODING, _ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
@@ -138,6 +139,15 @@ def sort_paths(paths: Iterable[str]) -> list[str]:
     """``paths`` in the order of their parts (``pathlib``'s order: ``a/x`` before ``a-b/x``),
     compared as strings with the separator as the smallest character."""
     return sorted(paths, key=lambda p: p.replace(os.sep, "\0"))
+
+
+def dataset_order(dataset: Any) -> dict[str, int]:
+    """Each video path of ``dataset``'s records -> its place in the split (empty where the
+    dataset has no records): how several processes' outputs are put back in one process's
+    order. Read from a :class:`RecordTable`'s columns, no record object per video."""
+    records = getattr(dataset, "records", None)
+    paths = records.paths if isinstance(records, RecordTable) else [r.path for r in records or []]
+    return {path: place for place, path in enumerate(paths)}
 
 
 def list_files(root: str | os.PathLike, recursive: bool = True) -> list[str]:

@@ -27,6 +27,7 @@ from lightning.pytorch.callbacks import Callback
 
 from dna_video.analysis.plotting import confusion_png
 from dna_video.common.atomic import write_json
+from dna_video.data.records import dataset_order
 from dna_video.analysis.evaluation_report import evaluation_report
 from dna_video.training.callbacks.predictions import write_predictions_csv
 
@@ -117,8 +118,7 @@ def _in_dataset_order(outputs: list[dict[str, Any]], trainer: L.Trainer) -> list
         return outputs
     paths = [p for out in outputs for p in out["path"]]
     dataset = getattr(trainer.test_dataloaders, "dataset", None)
-    records = getattr(dataset, "records", None)
-    place = {p: i for i, p in enumerate(getattr(records, "paths", None) or [r.path for r in records or []])}
+    place = dataset_order(dataset)
     order = sorted(range(len(paths)), key=lambda i: (place.get(paths[i], len(place)), i))
     index = torch.tensor(order, dtype=torch.long)
     return [{"path": [paths[i] for i in order],

@@ -23,6 +23,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
+from dna_video.data.records import dataset_order
 from dna_video.prediction.records import PREDICTION_COLUMNS, csv_rows, write_csv
 
 log = logging.getLogger(__name__)
@@ -87,8 +88,7 @@ class PredictionWriter(BasePredictionWriter):
             # Each video is predicted once (the evaluation sampler does not pad): dataset order.
             rows = [row for share in shares for row in share]
             dataset = getattr(trainer.predict_dataloaders, "dataset", None)
-            records = getattr(dataset, "records", None)  # a RecordTable's paths: no object per video
-            order = {p: i for i, p in enumerate(getattr(records, "paths", None) or [r.path for r in records or []])}
+            order = dataset_order(dataset)
             rows.sort(key=lambda row: order.get(row[0], len(order)))
         if not rows:
             return
